@@ -1,0 +1,243 @@
+"""Production traces in their native formats, read into one columnar shape.
+
+- Mooncake JSONL (FAST'25 release): `timestamp` (ms), `input_length`, `output_length`,
+  `hash_ids` (one id per 512-token block, chained, so equal leading ids mean a shared prefix).
+- Azure LLM inference CSV (Splitwise, 2023): `TIMESTAMP,ContextTokens,GeneratedTokens`, with
+  7-digit fractional seconds; the 2024 week-long files add a UTC offset to the timestamp.
+- BurstGPT CSV: columns matched by name (`Timestamp` in seconds, `Request tokens`,
+  `Response tokens`), so the v3 files' extra `Session ID,Elapsed time` columns are harmless.
+  Rows with 0 response tokens are failed requests in the original service; they are not
+  replayed (there is no output length to ask for), and the count is reported.
+
+A malformed row is reported as `file:line: problem`; the whole file is rejected rather than
+silently replayed without it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+
+class TraceError(Exception):
+    """A trace file that cannot be replayed; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class TraceRows:
+    """One row per request, times in seconds from the first row, sorted by time."""
+
+    t: np.ndarray  # float64 seconds
+    input_tokens: np.ndarray  # int64
+    output_tokens: np.ndarray  # int64
+    hash_offsets: np.ndarray | None = None  # int64, len n+1 (CSR) — Mooncake only
+    hash_values: np.ndarray | None = None  # int64
+    dropped: int = 0  # rows not replayable (e.g. failed requests in BurstGPT)
+
+    def __len__(self) -> int:
+        return len(self.t)
+
+    def take(self, index: np.ndarray) -> TraceRows:
+        """The rows at `index`, keeping their prefix ids."""
+        offsets, values = None, None
+        if self.hash_offsets is not None and self.hash_values is not None:
+            offsets, values = take_ragged(self.hash_offsets, self.hash_values, index)
+        return TraceRows(
+            self.t[index], self.input_tokens[index], self.output_tokens[index], offsets, values
+        )
+
+    def prefix_key(self, depth: int) -> np.ndarray | None:
+        """The block id at position `depth`-1 (or the last, for shorter rows), -1 for none.
+
+        Ids are chained, so this one id stands for the row's whole leading `depth` blocks."""
+        if self.hash_offsets is None or self.hash_values is None:
+            return None
+        lengths = np.diff(self.hash_offsets)
+        key = np.full(len(self), -1, dtype=np.int64)
+        has = lengths > 0
+        pos = self.hash_offsets[:-1][has] + np.minimum(lengths[has], depth) - 1
+        key[has] = self.hash_values[pos]
+        return key
+
+
+def take_ragged(
+    offsets: np.ndarray, values: np.ndarray, index: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rows `index` of a CSR ragged array (offsets of length n+1 into values)."""
+    lengths = np.diff(offsets)[index]
+    new_offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+    starts = offsets[:-1][index]
+    pos = np.repeat(starts - new_offsets[:-1], lengths) + np.arange(new_offsets[-1])
+    return new_offsets, values[pos]
+
+
+def _fail(path: Path, line: int, problem: str) -> TraceError:
+    return TraceError(f"{path}:{line}: {problem}")
+
+
+def read_mooncake(path: Path) -> TraceRows:
+    times: list[float] = []
+    inputs: list[int] = []
+    outputs: list[int] = []
+    lengths: list[int] = []
+    values: list[int] = []
+    with path.open("r", encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise _fail(path, number, f"not valid JSON ({error.msg})") from None
+            if not isinstance(row, dict):
+                raise _fail(path, number, "each line must be a JSON object")
+            try:
+                ts = float(row["timestamp"])
+                n_in = int(row["input_length"])
+                n_out = int(row["output_length"])
+                ids = row.get("hash_ids", [])
+                if not isinstance(ids, list):
+                    raise TypeError("hash_ids must be a list")
+                ids = [int(x) for x in ids]
+            except KeyError as error:
+                raise _fail(path, number, f"missing field {error.args[0]!r}") from None
+            except (TypeError, ValueError) as error:
+                raise _fail(path, number, f"bad field value ({error})") from None
+            if not np.isfinite(ts) or ts < 0 or n_in < 1 or n_out < 0:
+                raise _fail(
+                    path, number, "timestamp must be >= 0, input_length >= 1, output_length >= 0"
+                )
+            times.append(ts / 1000.0)
+            inputs.append(n_in)
+            outputs.append(n_out)
+            lengths.append(len(ids))
+            values.extend(ids)
+    if not times:
+        raise TraceError(f"{path}: no rows")
+    t = np.asarray(times)
+    order = np.argsort(t, kind="stable")
+    offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+    rows = TraceRows(
+        t,
+        np.asarray(inputs, dtype=np.int64),
+        np.asarray(outputs, dtype=np.int64),
+        offsets,
+        np.asarray(values, dtype=np.int64),
+    )
+    rows = rows.take(order)
+    return TraceRows(
+        rows.t - rows.t[0],
+        rows.input_tokens,
+        rows.output_tokens,
+        rows.hash_offsets,
+        rows.hash_values,
+    )
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    try:
+        frame = pd.read_csv(path, dtype=str, skipinitialspace=True, keep_default_na=False)
+    except (pd.errors.ParserError, UnicodeDecodeError) as error:
+        raise TraceError(f"{path}: not a readable CSV ({error})") from None
+    except pd.errors.EmptyDataError:
+        raise TraceError(f"{path}: empty file") from None
+    frame.columns = [c.strip() for c in frame.columns]
+    return frame
+
+
+def _column(frame: pd.DataFrame, path: Path, names: tuple[str, ...]) -> str:
+    lowered = {c.lower(): c for c in frame.columns}
+    for name in names:
+        if name.lower() in lowered:
+            return lowered[name.lower()]
+    raise TraceError(f"{path}: no column named {names[0]!r} (columns: {list(frame.columns)})")
+
+
+def _integers(frame: pd.DataFrame, column: str, path: Path, low: int) -> np.ndarray:
+    values = pd.to_numeric(frame[column], errors="coerce")
+    bad = values.isna() | (values < low) | (values != np.floor(values))
+    if bad.any():
+        i = int(np.flatnonzero(bad.to_numpy())[0])
+        raise _fail(
+            path, i + 2, f"{column} must be an integer >= {low}, got {frame[column].iloc[i]!r}"
+        )
+    return values.to_numpy(dtype=np.int64)
+
+
+def _finish(
+    path: Path, t: np.ndarray, n_in: np.ndarray, n_out: np.ndarray, dropped: int
+) -> TraceRows:
+    if len(t) == 0:
+        raise TraceError(f"{path}: no replayable rows")
+    order = np.argsort(t, kind="stable")
+    t = t[order]
+    return TraceRows(t - t[0], n_in[order], n_out[order], dropped=dropped)
+
+
+def read_azure(path: Path) -> TraceRows:
+    frame = _read_csv(path)
+    ts_col = _column(frame, path, ("TIMESTAMP",))
+    stamps = pd.to_datetime(frame[ts_col], format="ISO8601", errors="coerce", utc=True)
+    bad = stamps.isna().to_numpy()
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise _fail(path, i + 2, f"bad timestamp {frame[ts_col].iloc[i]!r}")
+    ns = stamps.dt.as_unit("ns").astype("int64").to_numpy()
+    n_in = _integers(frame, _column(frame, path, ("ContextTokens",)), path, 1)
+    n_out = _integers(frame, _column(frame, path, ("GeneratedTokens",)), path, 0)
+    return _finish(path, (ns - ns.min()) / 1e9, n_in, n_out, 0)
+
+
+def read_burstgpt(path: Path) -> TraceRows:
+    frame = _read_csv(path)
+    ts_col = _column(frame, path, ("Timestamp",))
+    t = pd.to_numeric(frame[ts_col], errors="coerce")
+    bad = (t.isna() | (t < 0)).to_numpy()
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise _fail(path, i + 2, f"bad timestamp {frame[ts_col].iloc[i]!r}")
+    n_in = _integers(frame, _column(frame, path, ("Request tokens",)), path, 0)
+    n_out = _integers(frame, _column(frame, path, ("Response tokens",)), path, 0)
+    ok = (n_out > 0) & (n_in > 0)
+    return _finish(path, t.to_numpy(dtype=np.float64)[ok], n_in[ok], n_out[ok], int((~ok).sum()))
+
+
+READERS = {"mooncake": read_mooncake, "azure": read_azure, "burstgpt": read_burstgpt}
+
+
+def read_trace(fmt: str, path: str | Path) -> TraceRows:
+    path = Path(path)
+    if not path.is_file():
+        raise TraceError(f"{path}: trace file not found")
+    try:
+        reader = READERS[fmt]
+    except KeyError:
+        raise TraceError(f"unknown trace format {fmt!r}; known: {sorted(READERS)}") from None
+    return reader(path)
+
+
+def detect_tick(t: np.ndarray) -> float:
+    """The clock tick of a coarse trace: the most common positive gap between distinct stamps.
+
+    Mooncake rounds timestamps to ~3 s; replayed literally, every tick fires a burst."""
+    distinct = np.unique(t)
+    if len(distinct) < 2:
+        return 0.0
+    gaps = np.round(np.diff(distinct), 6)
+    values, counts = np.unique(gaps, return_counts=True)
+    return float(values[np.argmax(counts)])
+
+
+def spread_ties(t: np.ndarray, tick: float) -> np.ndarray:
+    """Spread the m rows that share a timestamp evenly over [t, t + tick): k-th at t + k·tick/m."""
+    if tick <= 0 or len(t) == 0:
+        return t
+    starts = np.flatnonzero(np.concatenate(([True], t[1:] != t[:-1])))
+    sizes = np.diff(np.concatenate((starts, [len(t)])))
+    group = np.repeat(np.arange(len(starts)), sizes)
+    rank = np.arange(len(t)) - starts[group]
+    return t + rank * (tick / sizes[group])
