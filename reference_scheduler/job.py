@@ -1,0 +1,50 @@
+"""Job: the scheduler's view of one request.
+
+A plain mutable record with `__slots__`: the engine touches millions of them per simulated
+minute, so attribute access must be cheap. Times are integer nanoseconds on the driver's clock
+(virtual in `sim`, monotonic in `server`); -1 means "not reached".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True, eq=False)
+class Job:
+    id: int
+    tenant: str
+    slo_class: str
+    prompt_tokens: int
+    max_tokens: int  # output tokens to produce (ignore_eos semantics); 0 for embeddings
+    arrival_ns: int
+    weight: float = 1.0  # the tenant's weight
+    priority: int = 0  # the class's rank: lower is more urgent
+    flow: str = ""  # a sub-flow inside the tenant (e.g. the workload), for child policies
+    block_hashes: tuple[int, ...] = ()  # chained prefix-block hashes (prefix cache)
+    seq: int = 0  # submission order, for deterministic ties (set by the engine)
+
+    # Progress, written by the engine.
+    status: str = "waiting"  # waiting | running | finished | rejected | cancelled
+    replica: int = -1
+    admit_ns: int = -1
+    first_token_ns: int = -1
+    done_ns: int = -1
+    first_step: int = -1  # the replica's step index that produced the first token
+    last_step: int = -1
+    prefill_left: int = 0
+    blocks: int = 0  # KV blocks held
+    cached_tokens: int = 0  # prompt tokens served from the prefix cache
+    preemptions: int = 0
+    reject_code: int = 0
+    retry_after_s: int = 0
+
+    # Scratch space owned by whichever policy holds the job.
+    queue: Any = field(default=None, repr=False)
+    tag: float = 0.0
+
+    @property
+    def cost(self) -> int:
+        """Work estimate known at arrival: prompt plus requested output tokens."""
+        return self.prompt_tokens + self.max_tokens

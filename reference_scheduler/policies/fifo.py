@@ -1,0 +1,47 @@
+"""fifo — first come, first served.
+
+The baseline every production engine starts from (vLLM's default `fcfs`). Work-conserving and
+starvation-free, and blind to everything else: one tenant's burst of 4k-token prompts sits in
+front of everybody's 80-token chats, and a tenant's share of the GPU is its share of arrivals.
+O(1) per decision.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from reference_scheduler.job import Job
+from reference_scheduler.policy import ACCEPTED, BasePolicy, JobQueue, Verdict
+
+
+class Fifo(BasePolicy):
+    name: ClassVar[str] = "fifo"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._q = JobQueue()
+
+    def enqueue(self, job: Job, now_ns: int) -> Verdict:
+        self._q.push(job)
+        self.enqueued += 1
+        return ACCEPTED
+
+    def peek(self, now_ns: int) -> Job | None:
+        return self._q.head()
+
+    def dequeue(self, now_ns: int) -> Job | None:
+        job = self._q.pop()
+        if job is not None:
+            self.dequeued += 1
+        return job
+
+    def remove(self, job: Job) -> None:
+        if self._q.discard(job):
+            self.removed += 1
+
+    def reset(self) -> None:
+        while self._q.pop() is not None:
+            pass
+
+    def __len__(self) -> int:
+        return len(self._q)

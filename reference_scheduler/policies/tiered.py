@@ -1,0 +1,140 @@
+"""tiered — SLO tiers with quotas, child policies and capped borrowing (the HTB idea).
+
+Each tier (interactive / batch / best-effort by default) owns a quota q_k of the pool's running
+capacity (its batch slots, W × max_num_seqs) and a child policy that orders its own jobs (DWRR
+across tenants by default). When the engine has room it asks for one job; the tier chosen is the
+eligible one furthest below its quota (lowest running_k / q_k, ties to the earlier tier), so
+saturated tiers share the pool in proportion to their quotas.
+
+Borrowing. A tier may run above its quota while others leave theirs idle, but only up to its
+ceiling min(1, q_k·(1 + borrow_ratio)) of capacity; at the ceiling it waits even if slots are
+free. This is HTB's `ceil`: the capacity left idle is the price of not letting one tier's burst
+take slots that another tier will need a moment later. Unbounded borrowing (ceil = 1) is work
+conserving but lets a borrowing tier fill the pool, and with long jobs the lower tiers then
+starve in a "waterfall" as each tier's burst borrows from the next; the hard cap bounds it.
+Quotas count running jobs, so they are shares of service when jobs are alike; a tier of long
+jobs holds its slots longer (use tokens-based child policies to balance tenants inside a tier).
+
+Jobs of a class no tier names go to the last tier. O(tiers) per decision plus the child's cost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from reference_scheduler.job import Job
+from reference_scheduler.policy import ACCEPTED, BasePolicy, Policy, Verdict
+
+
+@dataclass(frozen=True)
+class TierSpec:
+    name: str
+    quota: float
+    child: Callable[[], Policy]
+    classes: tuple[str, ...] = field(default=())
+
+
+class Tiered(BasePolicy):
+    name: ClassVar[str] = "tiered"
+
+    def __init__(self, tiers: Sequence[TierSpec], borrow_ratio: float = 0.5) -> None:
+        super().__init__()
+        if not tiers:
+            raise ValueError("tiered needs at least one tier")
+        if borrow_ratio < 0:
+            raise ValueError(f"borrow_ratio must be >= 0, got {borrow_ratio}")
+        total = sum(t.quota for t in tiers)
+        if any(t.quota <= 0 for t in tiers) or total > 1.0 + 1e-9:
+            raise ValueError(f"tier quotas must be > 0 and sum to at most 1, got {total:g}")
+        self.specs = list(tiers)
+        self.borrow_ratio = borrow_ratio
+        self.children = [t.child() for t in tiers]
+        self.uses_charge = any(child.uses_charge for child in self.children)
+        self.quotas = [t.quota for t in tiers]
+        self.ceilings = [min(1.0, t.quota * (1.0 + borrow_ratio)) for t in tiers]
+        self._tier_by_class = {c: k for k, t in enumerate(tiers) for c in (t.classes or (t.name,))}
+        self.running = [0] * len(tiers)
+        self.capacity = 1
+        self._len = 0
+        self.at_ceiling = [0] * len(tiers)  # decisions in which a tier waited at its ceiling
+
+    def bind(self, capacity_slots: int) -> None:
+        self.capacity = max(1, int(capacity_slots))
+
+    def tier_of(self, job: Job) -> int:
+        return self._tier_by_class.get(job.slo_class, len(self.specs) - 1)
+
+    def _choose(self) -> int | None:
+        best, best_key = None, 0.0
+        for k, child in enumerate(self.children):
+            if not len(child):
+                continue
+            if self.running[k] >= self.ceilings[k] * self.capacity:
+                continue
+            key = self.running[k] / self.quotas[k]
+            if best is None or key < best_key:
+                best, best_key = k, key
+        return best
+
+    def enqueue(self, job: Job, now_ns: int) -> Verdict:
+        verdict = self.children[self.tier_of(job)].enqueue(job, now_ns)
+        if verdict.accepted:
+            self._len += 1
+            self.enqueued += 1
+            return ACCEPTED
+        return verdict
+
+    def peek(self, now_ns: int) -> Job | None:
+        k = self._choose()
+        return self.children[k].peek(now_ns) if k is not None else None
+
+    def dequeue(self, now_ns: int) -> Job | None:
+        k = self._choose()
+        if k is None:
+            for j, child in enumerate(self.children):
+                if len(child):
+                    self.at_ceiling[j] += 1
+            return None
+        job = self.children[k].dequeue(now_ns)
+        if job is not None:
+            self.running[k] += 1
+            self._len -= 1
+            self.dequeued += 1
+        return job
+
+    def remove(self, job: Job) -> None:
+        child = self.children[self.tier_of(job)]
+        before = len(child)
+        child.remove(job)
+        if len(child) < before:
+            self._len -= 1
+            self.removed += 1
+
+    def charge(self, job: Job, now_ns: int, prefill: int = 0, decode: int = 0) -> None:
+        self.children[self.tier_of(job)].charge(job, now_ns, prefill, decode)
+
+    def release(self, job: Job, now_ns: int) -> None:
+        k = self.tier_of(job)
+        self.running[k] -= 1
+        self.children[k].release(job, now_ns)
+
+    def borrowed(self) -> list[float]:
+        """Slots each tier runs above its quota right now."""
+        return [max(0.0, r - q * self.capacity) for r, q in zip(self.running, self.quotas, strict=True)]
+
+    def stats(self) -> Mapping[str, float]:
+        out = dict(super().stats())
+        for spec, running, borrowed in zip(self.specs, self.running, self.borrowed(), strict=True):
+            out[f"running:{spec.name}"] = running
+            out[f"borrowed:{spec.name}"] = borrowed
+        return out
+
+    def reset(self) -> None:
+        capacity = self.capacity
+        self.__init__(self.specs, self.borrow_ratio)  # type: ignore[misc]
+        self.bind(capacity)
+
+    def __len__(self) -> int:
+        return self._len
