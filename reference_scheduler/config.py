@@ -95,8 +95,13 @@ def parse_scheduler_config(block: dict[str, Any] | None) -> SchedulerConfig:
         raise SchedulerConfigError(problems)
     overrides = {
         name: getattr(spec, name)
-        for name in ("max_num_seqs", "max_num_batched_tokens", "chunked_prefill",
-                     "admit_every", "kv_cache_tokens")
+        for name in (
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "chunked_prefill",
+            "admit_every",
+            "kv_cache_tokens",
+        )
         if getattr(spec, name) is not None
     }
     return SchedulerConfig(spec, replace(profile, **overrides), factory)

@@ -39,8 +39,17 @@ from reference_scheduler.policy import Policy, Verdict
 class StepResult:
     """What one iteration did. Reused per replica: read it before stepping that replica again."""
 
-    __slots__ = ("admitted", "duration_ns", "end_ns", "finished", "first_tokens", "n_decode",
-                 "n_prefill", "replica", "start_ns")
+    __slots__ = (
+        "admitted",
+        "duration_ns",
+        "end_ns",
+        "finished",
+        "first_tokens",
+        "n_decode",
+        "n_prefill",
+        "replica",
+        "start_ns",
+    )
 
     def __init__(self, replica: int) -> None:
         self.replica = replica
@@ -55,9 +64,23 @@ class StepResult:
 
 
 class Replica:
-    __slots__ = ("batch", "context", "decode_ends", "decoding", "finish_heap", "free_blocks",
-                 "index", "noise", "noise_at", "pending", "prefilling", "result", "slots",
-                 "steps", "tenant_decode")
+    __slots__ = (
+        "batch",
+        "context",
+        "decode_ends",
+        "decoding",
+        "finish_heap",
+        "free_blocks",
+        "index",
+        "noise",
+        "noise_at",
+        "pending",
+        "prefilling",
+        "result",
+        "slots",
+        "steps",
+        "tenant_decode",
+    )
 
     def __init__(self, index: int, blocks: int) -> None:
         self.index = index

@@ -116,8 +116,12 @@ class BasePolicy:
         return None
 
     def stats(self) -> Mapping[str, float]:
-        return {"enqueued": self.enqueued, "dequeued": self.dequeued, "removed": self.removed,
-                "waiting": len(self)}  # type: ignore[arg-type]
+        return {
+            "enqueued": self.enqueued,
+            "dequeued": self.dequeued,
+            "removed": self.removed,
+            "waiting": len(self),
+        }  # type: ignore[arg-type]
 
     def __len__(self) -> int:  # pragma: no cover - every policy overrides it
         raise NotImplementedError

@@ -36,16 +36,20 @@ class SimResult:
     trace: list[tuple[int, str, int, int]] | None  # (t_ns, event, job id, replica) if asked
 
     def column(self, name: str) -> np.ndarray:
-        return np.fromiter((getattr(j, name) for j in self.jobs), dtype=np.int64,
-                           count=len(self.jobs))
+        return np.fromiter(
+            (getattr(j, name) for j in self.jobs), dtype=np.int64, count=len(self.jobs)
+        )
 
     def token_times(self, job: Job) -> np.ndarray:
         """Every output token's time for one finished job (first token, then each decode)."""
         if job.first_token_ns < 0 or job.max_tokens == 0:
             return np.empty(0, dtype=np.int64)
         ends = self.decode_ends[job.replica]
-        tail = ends[job.first_step: job.first_step + job.max_tokens - 1] if job.first_step >= 0 \
+        tail = (
+            ends[job.first_step : job.first_step + job.max_tokens - 1]
+            if job.first_step >= 0
             else ends[:0]
+        )
         return np.concatenate(([job.first_token_ns], tail)).astype(np.int64)
 
     def itl_max_ns(self) -> np.ndarray:

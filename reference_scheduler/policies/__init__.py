@@ -39,15 +39,19 @@ PRESETS: dict[str, dict[str, Any]] = {
     "htb-sfq": {
         "name": "tiered",
         "borrow_ratio": 0.5,
-        "tiers": [{"name": n, "quota": q, "child": "sfq"}
-                  for n, q in zip(_THREE_TIERS, (0.5, 0.3, 0.2), strict=True)],
+        "tiers": [
+            {"name": n, "quota": q, "child": "sfq"}
+            for n, q in zip(_THREE_TIERS, (0.5, 0.3, 0.2), strict=True)
+        ],
     },
     # The three-tier layout: 30/50/20 quotas, DWRR across tenants inside each tier.
     "three-tier": {
         "name": "tiered",
         "borrow_ratio": 0.5,
-        "tiers": [{"name": n, "quota": q, "child": "dwrr"}
-                  for n, q in zip(_THREE_TIERS, (0.3, 0.5, 0.2), strict=True)],
+        "tiers": [
+            {"name": n, "quota": q, "child": "dwrr"}
+            for n, q in zip(_THREE_TIERS, (0.3, 0.5, 0.2), strict=True)
+        ],
     },
 }
 
@@ -104,12 +108,18 @@ def policy_factory(spec: Any, where: str = "policy") -> Callable[[], Policy]:
                 raise PolicySpecError(f"{at}: a tier needs name and quota")
             unknown = set(tier) - {"name", "quota", "classes", "child"}
             if unknown:
-                raise PolicySpecError(f"{at}.{sorted(unknown)[0]}: not a tier field "
-                                      "(name, quota, classes, child)")
+                raise PolicySpecError(
+                    f"{at}.{sorted(unknown)[0]}: not a tier field (name, quota, classes, child)"
+                )
             classes = tier.get("classes") or [tier["name"]]
-            specs.append(TierSpec(str(tier["name"]), float(tier["quota"]),
-                                  policy_factory(tier.get("child", "dwrr"), f"{at}.child"),
-                                  tuple(str(c) for c in classes)))
+            specs.append(
+                TierSpec(
+                    str(tier["name"]),
+                    float(tier["quota"]),
+                    policy_factory(tier.get("child", "dwrr"), f"{at}.child"),
+                    tuple(str(c) for c in classes),
+                )
+            )
         options["tiers"] = specs
 
     def build() -> Policy:

@@ -69,8 +69,13 @@ class Dwrr(BasePolicy):
         self.quantum = float(quantum)
         self._cost = cost_fn(cost)
         self._key = key_fn(key)
-        self._config: dict[str, Any] = {"child": child, "quantum": quantum, "cost": cost,
-                                        "key": key, "weights": weights}
+        self._config: dict[str, Any] = {
+            "child": child,
+            "quantum": quantum,
+            "cost": cost,
+            "key": key,
+            "weights": weights,
+        }
         self.weights = dict(weights or {})
         self._classes: dict[Hashable, _Class] = {}
         self._class_of: dict[int, _Class] = {}  # waiting job id -> its class

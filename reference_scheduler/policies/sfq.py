@@ -40,8 +40,15 @@ class Sfq(Dwrr):
         if perturb_s <= 0:
             raise ValueError(f"perturb_s must be > 0, got {perturb_s}")
         super().__init__(child, quantum=quantum, cost=cost, key=key)
-        self._config = {"child": child, "buckets": buckets, "perturb_s": perturb_s,
-                        "quantum": quantum, "cost": cost, "key": key, "seed": seed}
+        self._config = {
+            "child": child,
+            "buckets": buckets,
+            "perturb_s": perturb_s,
+            "quantum": quantum,
+            "cost": cost,
+            "key": key,
+            "seed": seed,
+        }
         self.uses_charge = False
         self.buckets = buckets
         self.perturb_ns = int(perturb_s * 1e9)

@@ -122,7 +122,9 @@ class Tiered(BasePolicy):
 
     def borrowed(self) -> list[float]:
         """Slots each tier runs above its quota right now."""
-        return [max(0.0, r - q * self.capacity) for r, q in zip(self.running, self.quotas, strict=True)]
+        return [
+            max(0.0, r - q * self.capacity) for r, q in zip(self.running, self.quotas, strict=True)
+        ]
 
     def stats(self) -> Mapping[str, float]:
         out = dict(super().stats())

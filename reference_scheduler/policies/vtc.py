@@ -43,8 +43,11 @@ class Vtc(BasePolicy):
         weights: Mapping[str, float] | None = None,
     ) -> None:
         super().__init__()
-        self._config: dict[str, Any] = {"input_price": input_price,
-                                        "output_price": output_price, "weights": weights}
+        self._config: dict[str, Any] = {
+            "input_price": input_price,
+            "output_price": output_price,
+            "weights": weights,
+        }
         self.input_price = input_price
         self.output_price = output_price
         self.weights = dict(weights or {})

@@ -43,8 +43,7 @@ class Wfq(BasePolicy):
         super().__init__()
         if rate <= 0:
             raise ValueError(f"rate must be > 0 tokens/s, got {rate}")
-        self._config: dict[str, Any] = {"rate": rate, "cost": cost, "key": key,
-                                        "weights": weights}
+        self._config: dict[str, Any] = {"rate": rate, "cost": cost, "key": key, "weights": weights}
         self.rate_per_ns = rate / 1e9
         self._cost = cost_fn(cost)
         self._key = key_fn(key)
@@ -126,8 +125,11 @@ class Wfq(BasePolicy):
             self.removed += 1
 
     def stats(self) -> Mapping[str, float]:
-        return {**super().stats(), "virtual_time": self.vtime,
-                "gps_backlogged_flows": len(self._gps_active)}
+        return {
+            **super().stats(),
+            "virtual_time": self.vtime,
+            "gps_backlogged_flows": len(self._gps_active),
+        }
 
     def reset(self) -> None:
         self.__init__(**self._config)  # type: ignore[misc]
