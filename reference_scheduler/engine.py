@@ -174,9 +174,8 @@ class Engine:
         budget = cap - rep.batch if chunked else cap
         admitted = rep.result.admitted
         while rep.slots < prof.max_num_seqs:
-            if chunked:
-                if rep.pending >= budget:
-                    break
+            if chunked and rep.pending >= budget:
+                break
             job = policy.peek(now_ns)
             if job is None:
                 break

@@ -11,8 +11,10 @@ from reference_scheduler.config import parse_scheduler_config
 from reference_scheduler.job import Job
 from reference_scheduler.sim import simulate
 
-SINGLE_SERVER = {"policy": "fifo", "profile": {"constant_step_ms": 1.0, "kv_cache_tokens": 10**9,
-                                               "max_num_seqs": 1}}  # fmt: skip
+SINGLE_SERVER = {
+    "policy": "fifo",
+    "profile": {"constant_step_ms": 1.0, "kv_cache_tokens": 10**9, "max_num_seqs": 1},
+}
 
 
 def mg1_wait_ratio(rho: float, tokens: np.ndarray | None, p: float | None = None) -> float:
@@ -34,8 +36,10 @@ def replicate_wait(tokens_fn, rho: float, mean_tokens: float, reps: int, n: int)
         rng = np.random.default_rng(1000 + seed)
         arrivals = np.cumsum(rng.exponential(1.0 / lam, n)) * 1e6  # ns
         tokens = tokens_fn(rng, n)
-        jobs = [Job(i, "a", "batch", 1, int(k), int(t)) for i, (t, k) in
-                enumerate(zip(arrivals, tokens, strict=True))]  # fmt: skip
+        jobs = [
+            Job(i, "a", "batch", 1, int(k), int(t))
+            for i, (t, k) in enumerate(zip(arrivals, tokens, strict=True))
+        ]
         simulate(jobs, cfg)
         wait = np.array([j.admit_ns - j.arrival_ns for j in jobs[n // 10 :]]) / 1e6
         means.append(wait.mean() / service_ms)
@@ -70,16 +74,39 @@ def mixed_jobs(seed: int, n: int = 4000) -> list[Job]:
     jobs = []
     for i, at in enumerate(t):
         kind = int(rng.integers(0, 3))
-        prompt, out, cls = [(80, int(rng.integers(20, 300)), "interactive"),
-                            (int(rng.integers(2000, 6000)), 150, "batch"),
-                            (256, 0, "best-effort")][kind]  # fmt: skip
-        jobs.append(Job(i, f"t{int(rng.integers(0, 4))}", cls, prompt, out, int(at),
-                        weight=1 + i % 2, priority=kind, flow=f"w{kind}"))  # fmt: skip
+        prompt, out, cls = [
+            (80, int(rng.integers(20, 300)), "interactive"),
+            (int(rng.integers(2000, 6000)), 150, "batch"),
+            (256, 0, "best-effort"),
+        ][kind]
+        jobs.append(
+            Job(
+                i,
+                f"t{int(rng.integers(0, 4))}",
+                cls,
+                prompt,
+                out,
+                int(at),
+                weight=1 + i % 2,
+                priority=kind,
+                flow=f"w{kind}",
+            )
+        )
     return jobs
 
 
-POLICY_NAMES = ["fifo", "priority", "dwrr", "wfq", "sfq", "vtc", "lcf", "dwrr-wfq", "htb-sfq",
-                "three-tier"]  # fmt: skip
+POLICY_NAMES = [
+    "fifo",
+    "priority",
+    "dwrr",
+    "wfq",
+    "sfq",
+    "vtc",
+    "lcf",
+    "dwrr-wfq",
+    "htb-sfq",
+    "three-tier",
+]
 
 
 @pytest.mark.parametrize("policy", POLICY_NAMES)

@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 from reference_scheduler.config import parse_scheduler_config
 from reference_scheduler.engine import Engine
 from reference_scheduler.job import Job
-from reference_scheduler.policies import build_policy
 from reference_scheduler.policies.dwrr import Dwrr
 from reference_scheduler.policies.fifo import Fifo
 from reference_scheduler.policies.wfq import Wfq
@@ -71,8 +70,9 @@ def test_dwrr_service_gap_bound_and_deficit_invariant(
 # ---------------------------------------------------------------- WFQ vs GPS
 
 
-def gps_finish_times(arrivals: list[tuple[float, str, float, int]], weights: dict[str, float],
-                     rate: float) -> dict[int, float]:  # fmt: skip
+def gps_finish_times(
+    arrivals: list[tuple[float, str, float, int]], weights: dict[str, float], rate: float
+) -> dict[int, float]:
     """Fluid GPS, event by event: backlogged flows share `rate` in proportion to weight."""
     pending = deque(sorted(arrivals))
     queues: dict[str, deque[list[float]]] = defaultdict(deque)  # [remaining work, id]
@@ -96,7 +96,7 @@ def gps_finish_times(arrivals: list[tuple[float, str, float, int]], weights: dic
                     done[int(queues[f][0][1])] = now
                     queues[f].popleft()
         while pending and pending[0][0] <= now + 1e-12:
-            t, flow, work, jid = pending.popleft()
+            _, flow, work, jid = pending.popleft()
             queues[flow].append([work, jid])
     return done
 
@@ -116,8 +116,10 @@ def test_wfq_departures_within_one_max_job_of_gps(seed: int, n: int) -> None:
     l_max = max(a[2] for a in arrivals)
     gps = gps_finish_times(arrivals, weights, rate)
     policy = Wfq(rate=rate, cost="prompt")
-    jobs = {i: Job(i, f, "batch", int(work), 0, int(at * 1e9), weight=weights[f], seq=i)
-            for at, f, work, i in arrivals}  # fmt: skip
+    jobs = {
+        i: Job(i, f, "batch", int(work), 0, int(at * 1e9), weight=weights[f], seq=i)
+        for at, f, work, i in arrivals
+    }
     queue = deque(sorted(arrivals))
     free_at = 0.0
     departures: dict[int, float] = {}
@@ -142,12 +144,13 @@ def test_wfq_departures_within_one_max_job_of_gps(seed: int, n: int) -> None:
 # ---------------------------------------------------------------- VTC
 
 
-def backlogged_run(policy: str, tenants: dict[str, float], jobs_each: int,
-                   profile: str = "a10g-llama2-7b") -> tuple[Engine, list[dict[str, float]]]:  # fmt: skip
+def backlogged_run(
+    policy: str, tenants: dict[str, float], jobs_each: int, profile: str = "a10g-llama2-7b"
+) -> tuple[Engine, list[dict[str, float]]]:
     """Every tenant's jobs submitted at t=0; step one replica, recording VTC counters."""
     engine = Engine(parse_scheduler_config({"policy": policy, "profile": profile}))
     i = 0
-    for k in range(jobs_each):
+    for _ in range(jobs_each):
         for name, weight in tenants.items():
             engine.submit(Job(i, name, "batch", 256, 256, 0, weight=weight), 0)
             i += 1
@@ -232,11 +235,16 @@ def test_vtc_lift_stops_banked_credit_but_lcf_does_not() -> None:
 
 
 def tier_config(tiers: list[tuple[str, float]], borrow: float) -> object:
-    return parse_scheduler_config({
-        "policy": {"name": "tiered", "borrow_ratio": borrow,
-                   "tiers": [{"name": n, "quota": q} for n, q in tiers]},
-        "profile": {"constant_step_ms": 10.0, "kv_cache_tokens": 10**9, "max_num_seqs": 40},
-    })  # fmt: skip
+    return parse_scheduler_config(
+        {
+            "policy": {
+                "name": "tiered",
+                "borrow_ratio": borrow,
+                "tiers": [{"name": n, "quota": q} for n, q in tiers],
+            },
+            "profile": {"constant_step_ms": 10.0, "kv_cache_tokens": 10**9, "max_num_seqs": 40},
+        }
+    )
 
 
 def test_saturated_tiers_get_their_quotas() -> None:
@@ -270,10 +278,18 @@ def test_a_lone_tier_caps_at_its_ceiling(quota: float, borrow: float) -> None:
 @pytest.mark.parametrize("preset", ["dwrr-wfq", "htb-sfq", "three-tier"])
 def test_presets_simulate(preset: str) -> None:
     rng = np.random.default_rng(3)
-    jobs = [Job(i, f"t{i % 4}", ["interactive", "batch", "best-effort"][i % 3],
-                int(rng.integers(10, 2000)), int(rng.integers(0, 300)), i * 5_000_000,
-                flow=f"w{i % 2}")
-            for i in range(3000)]  # fmt: skip
+    jobs = [
+        Job(
+            i,
+            f"t{i % 4}",
+            ["interactive", "batch", "best-effort"][i % 3],
+            int(rng.integers(10, 2000)),
+            int(rng.integers(0, 300)),
+            i * 5_000_000,
+            flow=f"w{i % 2}",
+        )
+        for i in range(3000)
+    ]
     simulate(jobs, parse_scheduler_config({"policy": preset}))
     assert all(j.status == "finished" for j in jobs)
 

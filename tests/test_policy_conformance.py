@@ -30,8 +30,18 @@ CLASSES = ["interactive", "batch", "best-effort"]
 
 
 def make_job(i: int, tenant: int, cls: int, prompt: int, out: int, t: int) -> Job:
-    return Job(i, f"t{tenant}", CLASSES[cls], prompt, out, t, weight=1.0 + tenant % 3,
-               priority=cls, flow=f"w{i % 2}", seq=i)  # fmt: skip
+    return Job(
+        i,
+        f"t{tenant}",
+        CLASSES[cls],
+        prompt,
+        out,
+        t,
+        weight=1.0 + tenant % 3,
+        priority=cls,
+        flow=f"w{i % 2}",
+        seq=i,
+    )
 
 
 def test_registry_names_match_classes() -> None:
