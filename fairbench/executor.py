@@ -1,0 +1,293 @@
+"""The open-loop executor: request i goes out at t0 + offset_i, whatever else is in flight.
+
+- Absolute deadlines: each wait is computed from t0 and the plan's offset, never a relative
+  sleep, so lateness does not accumulate. Requests whose deadline has passed go out at once.
+- No gate in front of the schedule. The send loop only creates a task per request; a slow or
+  stalled target cannot delay a later send. (`concurrency_cap` exists for closed-loop
+  experiments only; the run then reports itself as closed-loop and records the waiting.)
+- Stamps with `time.perf_counter_ns()` (CLOCK_MONOTONIC on Linux, shared by worker processes):
+  intended, sent, first byte, first token, last token, done, max inter-token gap.
+  Latency is reported from the intended time (coordinated-omission free) and from the send time.
+- Every planned request ends as exactly one record: a request task always writes its record (in
+  `finally`), and requests never sent because the run was stopped are recorded `cancelled`.
+- Stopping (Ctrl-C, SIGTERM, `stop` set): sending stops, in-flight requests get `grace_s`, the
+  rest are cancelled and recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fairbench.plan import Plan, PlannedRequest
+from fairbench.records import JournalWriter, Record
+from fairbench.targets.base import Done, Failed, Started, Target, Token
+
+now_ns = time.perf_counter_ns
+
+
+@dataclass
+class ExecOptions:
+    timeout_s: float = 600.0  # per request, from its intended time
+    grace_s: float = 30.0  # after the last send (or a stop), before cancelling what is left
+    concurrency_cap: int | None = None  # closed-loop experiments only
+    lead_s: float = 0.25  # t0 lies this far after the executor starts
+    spin_s: float = 0.0  # busy-wait this close to a deadline (sharper sends, more CPU)
+
+
+@dataclass
+class LiveCounters:
+    """What the progress display reads; updated by the executor as it goes."""
+
+    planned: int = 0
+    sent: int = 0
+    done: int = 0
+    errors: int = 0
+    last_lag_ns: int = 0
+    by_status: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def in_flight(self) -> int:
+        return self.sent - self.done
+
+
+@dataclass
+class ExecResult:
+    t0_ns: int
+    send_lag_ns: np.ndarray  # per sent request, in send order
+    loop_lag_ns: np.ndarray  # event-loop wake-up lateness samples
+    closed_loop_wait_ns: np.ndarray
+    stopped: bool
+    records: int
+
+
+class Executor:
+    def __init__(
+        self,
+        plan: Plan,
+        target: Target,
+        journal: JournalWriter,
+        options: ExecOptions | None = None,
+        indices: Sequence[int] | None = None,
+        worker: int = 0,
+        counters: LiveCounters | None = None,
+    ) -> None:
+        self.plan = plan
+        self.target = target
+        self.journal = journal
+        self.options = options or ExecOptions()
+        self.indices = np.arange(len(plan)) if indices is None else np.asarray(indices)
+        self.worker = worker
+        self.counters = counters or LiveCounters()
+        self.counters.planned = len(self.indices)
+        self.stop = asyncio.Event()
+        self._lags: list[int] = []
+        self._loop_lags: list[int] = []
+        self._cap_waits: list[int] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._written: set[int] = set()
+
+    # ------------------------------------------------------------------ one request
+
+    async def _one(self, req: PlannedRequest, t_intended: int, t0: int) -> None:
+        rec = Record(req.request_id, req.tenant, req.slo_class, req.workload, req.endpoint,
+                     t_intended - t0, req.prompt_tokens, req.max_tokens, worker=self.worker)  # fmt: skip
+        counters = self.counters
+        sent = now_ns()
+        rec.t_sent_ns = sent - t0
+        lag = sent - t_intended
+        self._lags.append(lag)
+        counters.last_lag_ns = lag
+        counters.sent += 1
+        first = last = None
+        itl_max = 0
+        tokens = 0
+        terminal = None
+        deadline_s = (t_intended - sent) / 1e9 + self.options.timeout_s
+        try:
+            async with asyncio.timeout(max(deadline_s, 0.0)):
+                async for event in self.target.send(req):
+                    t = now_ns()
+                    if type(event) is Token:
+                        if first is None:
+                            first = t
+                        else:
+                            gap = t - last  # type: ignore[operator]
+                            if gap > itl_max:
+                                itl_max = gap
+                        last = t
+                        tokens += event.n
+                        rec.n_chunks += 1
+                    elif type(event) is Started:
+                        if rec.t_first_byte_ns is None:
+                            rec.t_first_byte_ns = t - t0
+                    elif type(event) is Done or type(event) is Failed:
+                        terminal = event
+                        rec.t_done_ns = t - t0
+                        break
+            self._settle(rec, terminal, tokens, req)
+        except TimeoutError:
+            rec.status, rec.error_kind = "timeout", None
+            rec.error_detail = f"no terminal event within {self.options.timeout_s:g}s"
+        except asyncio.CancelledError:
+            rec.status = "cancelled"
+        except Exception as error:  # a target bug must not lose the record
+            rec.status, rec.error_kind = "error", "client"
+            rec.error_detail = f"{type(error).__name__}: {error}"[:300]
+        finally:
+            if first is not None:
+                rec.t_first_token_ns = first - t0
+                rec.t_last_token_ns = last - t0  # type: ignore[operator]
+                rec.itl_max_ns = itl_max if rec.n_chunks > 1 else None
+            if rec.output_tokens == 0:
+                rec.output_tokens = tokens
+            self._write(rec)
+
+    @staticmethod
+    def _settle(
+        rec: Record, terminal: Done | Failed | None, tokens: int, req: PlannedRequest
+    ) -> None:
+        if isinstance(terminal, Failed):
+            rec.status = terminal.status
+            rec.error_kind = terminal.kind if terminal.status == "error" else terminal.kind
+            rec.error_detail = terminal.detail or None
+            rec.http_status = terminal.http_status
+            rec.retry_after_s = terminal.retry_after_s
+            return
+        if terminal is None:
+            rec.status, rec.error_kind = "error", "stream_incomplete"
+            rec.error_detail = "the target ended without a terminal event"
+            return
+        rec.http_status = 200
+        rec.output_tokens = terminal.output_tokens if terminal.output_tokens is not None else tokens
+        extra = terminal.extra
+        if extra:
+            rec.queue_time_ns = _opt_int(extra.get("queue_time_ns"))
+            rec.preemptions = _opt_int(extra.get("preemptions"))
+            rec.cached_tokens = _opt_int(extra.get("cached_tokens"))
+        if req.endpoint != "embeddings" and req.max_tokens > 0 and rec.output_tokens == 0:
+            rec.status, rec.error_kind = "error", "no_token"
+            rec.error_detail = "a terminal event but no output token"
+            return
+        rec.status = "ok"
+
+    def _write(self, rec: Record) -> None:
+        if rec.request_id in self._written:  # pragma: no cover - guarded by construction
+            raise RuntimeError(f"request {rec.request_id} recorded twice")
+        self._written.add(rec.request_id)
+        self.journal.write(rec)
+        counters = self.counters
+        counters.done += 1
+        counters.by_status[rec.status] = counters.by_status.get(rec.status, 0) + 1
+        if rec.status != "ok":
+            counters.errors += 1
+
+    # ------------------------------------------------------------------ the schedule
+
+    async def _loop_monitor(self, period_s: float = 0.005) -> None:
+        while True:
+            before = now_ns()
+            await asyncio.sleep(period_s)
+            self._loop_lags.append(now_ns() - before - int(period_s * 1e9))
+
+    async def _flusher(self) -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            self.journal.maybe_flush()
+
+    async def run(self, t0_ns: int | None = None) -> ExecResult:
+        plan = self.plan
+        offsets = plan.columns["offset_ns"]
+        options = self.options
+        t0 = t0_ns if t0_ns is not None else now_ns() + int(options.lead_s * 1e9)
+        monitor = asyncio.create_task(self._loop_monitor())
+        flusher = asyncio.create_task(self._flusher())
+        cap = asyncio.Semaphore(options.concurrency_cap) if options.concurrency_cap else None
+        spin = int(options.spin_s * 1e9)
+        sleep = asyncio.sleep
+        sent_upto = 0
+        stop = self.stop
+        try:
+            for position, i in enumerate(self.indices):
+                if stop.is_set():
+                    break
+                deadline = t0 + int(offsets[i])
+                delay = deadline - now_ns()
+                if delay > spin:
+                    await sleep((delay - spin) / 1e9)
+                    if stop.is_set():
+                        break
+                while spin and now_ns() < deadline:
+                    await sleep(0)
+                if cap is not None:
+                    waited = now_ns()
+                    await cap.acquire()
+                    self._cap_waits.append(now_ns() - waited)
+                task = asyncio.create_task(self._guarded(plan.request(int(i)), deadline, t0, cap))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+                sent_upto = position + 1
+            await self._drain(options.grace_s)
+        finally:
+            for i in self.indices[sent_upto:]:
+                req = plan.request(int(i))
+                self._write(Record(req.request_id, req.tenant, req.slo_class, req.workload,
+                                   req.endpoint, int(offsets[i]), req.prompt_tokens,
+                                   req.max_tokens, status="cancelled",
+                                   error_detail="not sent: the run was stopped",
+                                   worker=self.worker))  # fmt: skip
+            if self._tasks:  # interrupted while draining
+                for task in list(self._tasks):
+                    task.cancel()
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+            monitor.cancel()
+            flusher.cancel()
+            self.journal.flush()
+        return ExecResult(t0, np.asarray(self._lags, dtype=np.int64),
+                          np.asarray(self._loop_lags, dtype=np.int64),
+                          np.asarray(self._cap_waits, dtype=np.int64), stop.is_set(),
+                          len(self._written))  # fmt: skip
+
+    async def _guarded(self, req: PlannedRequest, deadline: int, t0: int,
+                       cap: asyncio.Semaphore | None) -> None:  # fmt: skip
+        try:
+            await self._one(req, deadline, t0)
+        finally:
+            if cap is not None:
+                cap.release()
+
+    async def _drain(self, grace_s: float) -> None:
+        """Wait for in-flight requests; after `grace_s` past the last send (or the stop), cancel."""
+        if not self._tasks:
+            return
+        stop_wait = asyncio.create_task(self.stop.wait())
+        pending = set(self._tasks)
+        deadline = time.monotonic() + grace_s
+        if not self.stop.is_set():
+            # No stop yet: each request runs to its own timeout; the grace starts after the last
+            # send, and a stop shortens it.
+            while pending and time.monotonic() < deadline and not self.stop.is_set():
+                _, pending = await asyncio.wait(
+                    pending | {stop_wait}, timeout=deadline - time.monotonic(),
+                    return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+                pending.discard(stop_wait)
+            if self.stop.is_set():
+                deadline = time.monotonic() + grace_s
+        if pending and time.monotonic() < deadline:
+            _, pending = await asyncio.wait(pending, timeout=max(0.0, deadline - time.monotonic()))
+        stop_wait.cancel()
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+
+
+def _opt_int(value: object) -> int | None:
+    return int(value) if isinstance(value, int | float) else None
+
+
+ProgressHook = Callable[[LiveCounters], None]

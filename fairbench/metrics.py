@@ -1,0 +1,135 @@
+"""Metrics: one function per metric, formula and unit in its docstring; pure, over records.
+
+Integer nanoseconds inside; milliseconds only when a summary presents them. Latencies are
+measured from the *intended* send time (coordinated-omission free); the `_sent` variants measure
+from the actual send time, kept beside them so a late generator is visible, not hidden.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+PERCENTILES = (50, 90, 95, 99, 99.9)
+
+
+def _col(df: pd.DataFrame, name: str) -> np.ndarray:
+    return df[name].to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def _first_response_ns(df: pd.DataFrame) -> np.ndarray:
+    """When the first token arrived; for embeddings (no tokens) the response itself is it."""
+    first = _col(df, "t_first_token_ns")
+    embeddings = (df["endpoint"] == "embeddings").to_numpy()
+    return np.where(embeddings, _col(df, "t_done_ns"), first)
+
+
+def ttft_ns(df: pd.DataFrame) -> np.ndarray:
+    """Time to first token: t_first_token − t_intended (ns); NaN where no token arrived. For
+    embeddings, which produce no token, the time to the response."""
+    return _first_response_ns(df) - _col(df, "t_intended_ns")
+
+
+def ttft_sent_ns(df: pd.DataFrame) -> np.ndarray:
+    """TTFT from the actual send: t_first_token − t_sent (ns)."""
+    return _first_response_ns(df) - _col(df, "t_sent_ns")
+
+
+def e2e_ns(df: pd.DataFrame) -> np.ndarray:
+    """End-to-end latency: t_done − t_intended (ns)."""
+    return _col(df, "t_done_ns") - _col(df, "t_intended_ns")
+
+
+def e2e_sent_ns(df: pd.DataFrame) -> np.ndarray:
+    """End-to-end latency from the actual send: t_done − t_sent (ns)."""
+    return _col(df, "t_done_ns") - _col(df, "t_sent_ns")
+
+
+def tpot_ns(df: pd.DataFrame) -> np.ndarray:
+    """Time per output token after the first: (t_last_token − t_first_token) / (tokens − 1), ns;
+    NaN for fewer than 2 tokens."""
+    tokens = _col(df, "output_tokens")
+    span = _col(df, "t_last_token_ns") - _col(df, "t_first_token_ns")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(tokens >= 2, span / (tokens - 1), np.nan)
+
+
+def itl_max_ns(df: pd.DataFrame) -> np.ndarray:
+    """The largest gap between two consecutive token events of a request (ns)."""
+    return _col(df, "itl_max_ns")
+
+
+def send_lag_ns(df: pd.DataFrame) -> np.ndarray:
+    """Generator lateness: t_sent − t_intended (ns), for requests that were sent."""
+    lag = _col(df, "t_sent_ns") - _col(df, "t_intended_ns")
+    return lag[~np.isnan(lag)]
+
+
+def percentiles(values: np.ndarray, qs: Sequence[float] = PERCENTILES) -> dict[str, float | None]:
+    """Linear-interpolated percentiles of the finite values; None when there are none."""
+    finite = values[np.isfinite(values)]
+    if not len(finite):
+        return {f"p{q:g}": None for q in qs}
+    points = np.percentile(finite, qs)
+    return {f"p{q:g}": float(v) for q, v in zip(qs, points, strict=True)}
+
+
+def slo_met(df: pd.DataFrame, slos: Mapping[str, Mapping[str, float | None]]) -> np.ndarray:
+    """Per request: ok, and TTFT, TPOT and E2E within its class's targets (seconds; a missing
+    target is no constraint). The DistServe notion behind goodput."""
+    ok = (df["status"] == "ok").to_numpy()
+    met = ok.copy()
+    classes = df["slo_class"].to_numpy()
+    ttft, tpot, e2e = ttft_ns(df), tpot_ns(df), e2e_ns(df)
+    for name, slo in slos.items():
+        rows = classes == name
+        for key, values in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
+            limit = slo.get(key)
+            if limit is None:
+                continue
+            with np.errstate(invalid="ignore"):
+                within = (values <= limit * 1e9) | (np.isnan(values) & (key == "tpot"))
+            met[rows] &= within[rows]
+    return met
+
+
+def service_tokens(
+    df: pd.DataFrame, input_weight: float = 1.0, output_weight: float = 2.0
+) -> np.ndarray:
+    """Service a request received, in weighted tokens: 1·input + 2·output by default (VTC's
+    prices), counting only what was served (prompt if any output or an ok embedding)."""
+    served = (df["status"] == "ok").to_numpy() | (_col(df, "output_tokens") > 0)
+    return np.where(served, input_weight * _col(df, "prompt_tokens") +
+                    output_weight * _col(df, "output_tokens"), 0.0)  # fmt: skip
+
+
+def water_fill(demands: np.ndarray, weights: np.ndarray, capacity: float) -> np.ndarray:
+    """Weighted max-min fair shares: each tenant gets min(demand, level·weight), with the level
+    raised until the shares sum to `capacity` (or every demand is met).
+
+    A tenant that asked for little is not "unfairly" served little."""
+    demands = np.asarray(demands, dtype=np.float64)
+    weights = np.asarray(weights, dtype=np.float64)
+    share = np.zeros_like(demands)
+    active = demands > 0
+    left = float(capacity)
+    while active.any() and left > 1e-12 * max(capacity, 1.0):
+        level = left / weights[active].sum()
+        want = demands - share
+        full = active & (want <= level * weights)
+        if not full.any():
+            share[active] += level * weights[active]
+            break
+        left -= want[full].sum()
+        share[full] = demands[full]
+        active &= ~full
+    return share
+
+
+def jain(x: np.ndarray) -> float:
+    """Jain's index (Σx)² / (n·Σx²): 1 when all equal, 1/n when one takes all; NaN if all 0."""
+    x = np.asarray(x, dtype=np.float64)
+    denom = len(x) * float(np.square(x).sum())
+    return float(x.sum() ** 2 / denom) if denom > 0 else float("nan")

@@ -1,0 +1,186 @@
+"""Records: one per planned request, the single source of truth of a run.
+
+Times are integer nanoseconds on the run's monotonic clock, relative to t0 (the instant offset
+0 of the plan is due); None where a stage was never reached. Every metric is recomputable from
+these columns alone.
+
+The journal is append-only JSON lines, flushed at least once a second (a background task
+flushes even when nothing completes), so `kill -9` loses at most the last second; `read_journal`
+reads a journal back — a truncated last line from a crash included — and `consolidate` turns it
+into `records.parquet`.
+
+Status is one of `ok | error | timeout | rejected | cancelled`, and for every run
+`planned == ok + error + timeout + rejected + cancelled` (checked by `check_accounting`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import IO, Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+RECORD_SCHEMA_VERSION = 1
+STATUSES = ("ok", "error", "timeout", "rejected", "cancelled")
+ERROR_KINDS = (
+    "connect",  # could not connect / connection refused
+    "http_4xx",
+    "http_5xx",
+    "dropped",  # the connection broke mid-stream
+    "stream_incomplete",  # the stream ended without a terminal event ([DONE] / finish / usage)
+    "no_token",  # a terminal event, but zero output tokens where tokens were asked for
+    "bad_stream",  # malformed SSE or JSON
+    "client",  # a bug or limit on our side (reported, never hidden)
+)
+
+
+@dataclass(slots=True)
+class Record:
+    request_id: int
+    tenant: str
+    slo_class: str
+    workload: str
+    endpoint: str
+    t_intended_ns: int
+    prompt_tokens: int
+    max_tokens: int
+    status: str = "cancelled"
+    t_sent_ns: int | None = None
+    t_first_byte_ns: int | None = None
+    t_first_token_ns: int | None = None
+    t_last_token_ns: int | None = None
+    t_done_ns: int | None = None
+    output_tokens: int = 0
+    n_chunks: int = 0
+    itl_max_ns: int | None = None
+    error_kind: str | None = None
+    error_detail: str | None = None
+    http_status: int | None = None
+    retry_after_s: float | None = None
+    queue_time_ns: int | None = None  # what the target reports, where it does
+    preemptions: int | None = None
+    cached_tokens: int | None = None
+    worker: int = 0
+
+
+COLUMNS = [f.name for f in fields(Record)]
+
+_ARROW_TYPES = {
+    "request_id": pa.int64(),
+    "tenant": pa.string(),
+    "slo_class": pa.string(),
+    "workload": pa.string(),
+    "endpoint": pa.string(),
+    "status": pa.string(),
+    "error_kind": pa.string(),
+    "error_detail": pa.string(),
+    "retry_after_s": pa.float64(),
+    "http_status": pa.int64(),
+    "worker": pa.int64(),
+}
+ARROW_SCHEMA = pa.schema([(name, _ARROW_TYPES.get(name, pa.int64())) for name in COLUMNS])
+
+
+class JournalWriter:
+    """Append-only JSON-lines journal; `maybe_flush` is cheap and flushes once a second."""
+
+    def __init__(self, path: Path, flush_interval_s: float = 1.0) -> None:
+        self.path = path
+        self._handle: IO[str] = path.open("a", encoding="utf-8", buffering=1 << 16)
+        self._interval_ns = int(flush_interval_s * 1e9)
+        self._last_flush = time.monotonic_ns()
+        self.written = 0
+
+    def write(self, record: Record) -> None:
+        self._handle.write(json.dumps(asdict(record), separators=(",", ":")) + "\n")
+        self.written += 1
+        self.maybe_flush()
+
+    def maybe_flush(self) -> None:
+        now = time.monotonic_ns()
+        if now - self._last_flush >= self._interval_ns:
+            self.flush()
+
+    def flush(self) -> None:
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+        self._last_flush = time.monotonic_ns()
+
+    def close(self) -> None:
+        if not self._handle.closed:
+            self.flush()
+            self._handle.close()
+
+
+def read_journal(path: Path) -> list[dict[str, Any]]:
+    """Records from a journal; a torn last line (a crash mid-write) is dropped, not fatal."""
+    rows = []
+    with path.open("r", encoding="utf-8") as handle:
+        lines = handle.read().split("\n")
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number >= len(lines) - 1:
+                break  # torn final line
+            raise ValueError(f"{path}:{number}: corrupt journal line") from None
+    return rows
+
+
+def records_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    table = pa.Table.from_pylist(rows, schema=ARROW_SCHEMA)
+    return (
+        table.to_pandas(types_mapper=pd.ArrowDtype).sort_values("request_id").reset_index(drop=True)
+    )
+
+
+def write_records(rows: list[dict[str, Any]], path: Path) -> None:
+    rows = sorted(rows, key=lambda r: r["request_id"])
+    table = pa.Table.from_pylist(rows, schema=ARROW_SCHEMA).replace_schema_metadata(
+        {"fairbench.record_schema": str(RECORD_SCHEMA_VERSION)}
+    )
+    pq.write_table(table, str(path), compression="zstd")
+
+
+def read_records(path: Path) -> pd.DataFrame:
+    return pq.read_table(str(path)).to_pandas().sort_values("request_id").reset_index(drop=True)
+
+
+@dataclass(frozen=True)
+class Accounting:
+    planned: int
+    counts: dict[str, int]
+    duplicates: int
+    missing: int
+
+    @property
+    def holds(self) -> bool:
+        return (
+            self.duplicates == 0 and self.missing == 0 and sum(self.counts.values()) == self.planned
+        )
+
+    def line(self) -> str:
+        parts = " + ".join(f"{self.counts.get(s, 0)} {s}" for s in STATUSES)
+        verdict = (
+            "holds"
+            if self.holds
+            else (f"BROKEN ({self.missing} missing, {self.duplicates} duplicated)")
+        )
+        return f"planned {self.planned} = {parts}: {verdict}"
+
+
+def check_accounting(planned: int, rows: list[dict[str, Any]]) -> Accounting:
+    ids = Counter(r["request_id"] for r in rows)
+    duplicates = sum(c - 1 for c in ids.values() if c > 1)
+    missing = sum(1 for i in range(planned) if i not in ids)
+    counts = Counter(r["status"] for r in rows)
+    return Accounting(planned, {s: counts.get(s, 0) for s in STATUSES}, duplicates, missing)

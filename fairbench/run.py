@@ -1,0 +1,394 @@
+"""`fairbench run`: plan, execute (live or simulated), consolidate, summarize — the I/O edge.
+
+Run directory (`reports/<scenario>-<UTC timestamp>/` or `--out`):
+    scenario.yaml          the resolved scenario (API keys redacted)
+    plan.parquet           the plan, with its digest
+    run.json               header: versions, plan digest, seed, target, host, health, validity
+                           (written first with status "running", so a killed run has a header)
+    journal*.jsonl         records as they complete (one journal per worker process)
+    records.parquet        all records, consolidated at the end
+    server_metrics.parquet Prometheus samples scraped during live runs
+    summary.json           the summary (see fairbench.summary)
+
+`load_partial_run` reads a run directory whose process was killed: the journals are read back,
+planned requests without a record are counted as lost, and the run is marked incomplete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import math
+import multiprocessing as mp
+import os
+import platform
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+import fairbench
+from fairbench.executor import ExecOptions, Executor, ExecResult, LiveCounters
+from fairbench.health import generator_health
+from fairbench.materialize import materialize
+from fairbench.plan import Plan, load_plan
+from fairbench.records import (
+    JournalWriter,
+    check_accounting,
+    read_journal,
+    records_frame,
+    write_records,
+)
+from fairbench.scenario import Scenario, parse_scenario
+from fairbench.scrape import Scraper
+from fairbench.summary import build_summary
+from fairbench.targets.base import Target
+
+RUN_SCHEMA_VERSION = 1
+REDACTED = "***redacted***"
+PER_WORKER_RATE = 800.0  # req/s one generator process keeps with margin (see benchmarks)
+
+
+@dataclass
+class RunOptions:
+    out: Path | None = None
+    seed: int | None = None
+    workers: int | None = None
+    reports_dir: Path = Path("reports")
+    progress: bool = True
+    base_url: str | None = None  # override the target's URL
+
+
+@dataclass
+class RunOutcome:
+    run_dir: Path
+    summary: dict[str, Any]
+    stopped: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        if self.stopped:
+            return 130
+        return 0 if self.summary["valid"] else 1
+
+
+def redacted(scn: Scenario) -> dict[str, Any]:
+    data = scn.model_dump(mode="json")
+    for tenant in data["tenants"]:
+        if tenant.get("api_key"):
+            tenant["api_key"] = REDACTED
+    if data["target"].get("api_key"):
+        data["target"]["api_key"] = REDACTED
+    for key in list(data["target"].get("headers", {})):
+        if key.lower() in ("authorization", "x-api-key", "api-key"):
+            data["target"]["headers"][key] = REDACTED
+    return data
+
+
+def host_info() -> dict[str, Any]:
+    return {"hostname": socket.gethostname(), "platform": platform.platform(),
+            "python": sys.version.split()[0], "cpus": os.cpu_count()}  # fmt: skip
+
+
+def default_workers(plan: Plan) -> int:
+    """Enough generator processes for the plan's busiest second, no more than the cores."""
+    if len(plan) < 2:
+        return 1
+    seconds = plan.columns["offset_ns"] // 1_000_000_000
+    peak = int(np.bincount(seconds).max())
+    return max(1, min(os.cpu_count() or 1, math.ceil(peak / PER_WORKER_RATE)))
+
+
+def new_run_dir(scn: Scenario, options: RunOptions) -> Path:
+    if options.out is not None:
+        path = options.out
+    else:
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
+        path = options.reports_dir / f"{scn.name}-{stamp}"
+        n = 1
+        while path.exists():
+            n += 1
+            path = options.reports_dir / f"{scn.name}-{stamp}-{n}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def write_json(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+# ---------------------------------------------------------------- targets
+
+
+def make_target(scn: Scenario, base_url: str | None = None) -> Target:
+    spec = scn.target
+    keys = {t.id: t.api_key for t in scn.tenants if t.api_key}
+    if spec.kind == "reference" and base_url is None:
+        from fairbench.targets.reference import ReferenceTarget
+
+        return ReferenceTarget(scn)
+    from fairbench.targets.openai import OpenAITarget
+
+    url = base_url or spec.base_url
+    if not url:
+        raise ValueError(f"target.base_url: a {spec.kind} target needs the server's URL")
+    return OpenAITarget(url, spec.model or "default", spec.api_key, keys, spec.headers,
+                        spec.extra_body, spec.class_extra_body, spec.ignore_eos, spec.kind)  # fmt: skip
+
+
+def metrics_url(target: Target, scn: Scenario) -> str | None:
+    url = getattr(target, "metrics_url", None)
+    if url:
+        return str(url)
+    base = getattr(target, "base_url", None) or scn.target.base_url
+    return f"{base.rstrip('/')}/metrics" if base and scn.target.kind != "openai" else None
+
+
+# ---------------------------------------------------------------- live execution
+
+
+Progress = Callable[[LiveCounters], None]
+
+
+async def _live(
+    plan: Plan,
+    scn: Scenario,
+    journal: Path,
+    exec_options: ExecOptions,
+    indices: np.ndarray | None,
+    worker: int,
+    t0_ns: int | None,
+    base_url: str | None,
+    progress: Progress | None,
+    run_dir: Path | None,
+) -> tuple[ExecResult, dict[str, Any]]:
+    target = make_target(scn, base_url)
+    await target.open()
+    writer = JournalWriter(journal)
+    executor = Executor(plan, target, writer, exec_options, indices, worker)
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGINT, signal.SIGTERM)
+    hits = {"n": 0}
+
+    def on_signal() -> None:
+        hits["n"] += 1
+        executor.stop.set()
+        if hits["n"] > 1:
+            executor.options.grace_s = 0.0
+
+    for sig in signals:
+        loop.add_signal_handler(sig, on_signal)
+    scraper = None
+    ticker = None
+    url = metrics_url(target, scn) if run_dir is not None else None
+    try:
+        t0 = t0_ns if t0_ns is not None else time.perf_counter_ns() + int(exec_options.lead_s * 1e9)
+        if url:
+            scraper = Scraper(url)
+            scraper.start(t0)
+        if progress is not None:
+
+            async def tick() -> None:
+                while True:
+                    progress(executor.counters)
+                    await asyncio.sleep(0.2)
+
+            ticker = asyncio.create_task(tick())
+        result = await executor.run(t0)
+        if progress is not None:
+            progress(executor.counters)
+    finally:
+        if ticker is not None:
+            ticker.cancel()
+        if scraper is not None and run_dir is not None:
+            await scraper.stop(t0)
+            scraper.save(run_dir / "server_metrics.parquet")
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+        writer.close()
+        info = dict(target.info())
+        await target.close()
+    return result, info
+
+
+def _uvloop_run(coro: Any) -> Any:
+    try:
+        import uvloop
+
+        return uvloop.run(coro)
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux/macOS
+        return asyncio.run(coro)
+
+
+def _worker_main(args: dict[str, Any], shared: Any) -> None:
+    """One generator process: its shard of the plan, its own journal, the shared t0."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent turns Ctrl-C into SIGTERM
+    plan = load_plan(args["plan"])
+    scn = parse_scenario(args["scenario"])
+    k, n = args["worker"], args["workers"]
+    indices = np.arange(k, len(plan), n)
+
+    def progress(c: LiveCounters) -> None:
+        shared[4 * k : 4 * k + 4] = [c.sent, c.done, c.errors, c.last_lag_ns]
+
+    result, _ = _uvloop_run(_live(plan, scn, Path(args["journal"]), ExecOptions(**args["exec"]),
+                                  indices, k, args["t0"], args["base_url"], progress, None))  # fmt: skip
+    np.save(args["lags"], result.loop_lag_ns)
+
+
+def _run_sharded(plan_path: Path, plan: Plan, scn: Scenario, run_dir: Path, n: int,
+                 exec_options: ExecOptions, base_url: str | None,
+                 progress: Progress | None) -> tuple[bool, np.ndarray]:  # fmt: skip
+    ctx = mp.get_context("spawn")
+    shared = ctx.Array("q", 4 * n, lock=False)
+    t0 = time.perf_counter_ns() + int(max(exec_options.lead_s, 2.0) * 1e9)  # workers start first
+    procs = []
+    for k in range(n):
+        args = {"plan": str(plan_path), "scenario": scn.model_dump(mode="json"), "worker": k,
+                "workers": n, "journal": str(run_dir / f"journal-{k}.jsonl"),
+                "exec": exec_options.__dict__, "t0": t0, "base_url": base_url,
+                "lags": str(run_dir / f".loop-lag-{k}.npy")}  # fmt: skip
+        proc = ctx.Process(target=_worker_main, args=(args, shared), daemon=True)
+        proc.start()
+        procs.append(proc)
+    stopped = False
+    counters = LiveCounters(planned=len(plan))
+    try:
+        while any(p.is_alive() for p in procs):
+            try:
+                time.sleep(0.2)
+            except KeyboardInterrupt:
+                stopped = True
+                for p in procs:
+                    if p.is_alive() and p.pid:
+                        os.kill(p.pid, signal.SIGTERM)
+            values = list(shared)
+            counters.sent = sum(values[0::4])
+            counters.done = sum(values[1::4])
+            counters.errors = sum(values[2::4])
+            counters.last_lag_ns = max(values[3::4]) if values else 0
+            if progress is not None:
+                progress(counters)
+    finally:
+        for p in procs:
+            p.join()
+    lags = [np.load(run_dir / f".loop-lag-{k}.npy") for k in range(n)
+            if (run_dir / f".loop-lag-{k}.npy").exists()]  # fmt: skip
+    for k in range(n):
+        (run_dir / f".loop-lag-{k}.npy").unlink(missing_ok=True)
+    return stopped, np.concatenate(lags) if lags else np.empty(0, dtype=np.int64)
+
+
+# ---------------------------------------------------------------- the run
+
+
+def execute_run(scn: Scenario, options: RunOptions | None = None,
+                progress: Progress | None = None) -> RunOutcome:  # fmt: skip
+    options = options or RunOptions()
+    plan = materialize(scn, options.seed)
+    run_dir = new_run_dir(scn, options)
+    (run_dir / "scenario.yaml").write_text(
+        yaml.safe_dump(redacted(scn), sort_keys=False), encoding="utf-8")  # fmt: skip
+    plan_path = run_dir / "plan.parquet"
+    plan.save(plan_path)
+    header: dict[str, Any] = {
+        "schema_version": RUN_SCHEMA_VERSION,
+        "status": "running",
+        "fairbench_version": fairbench.__version__,
+        "scenario": scn.name,
+        "plan_digest": plan.digest,
+        "seed": plan.seed,
+        "planned": len(plan),
+        "started_at": dt.datetime.now(dt.UTC).isoformat(),
+        "host": host_info(),
+        "target": {"kind": scn.target.kind},
+    }
+    write_json(run_dir / "run.json", header)
+    exec_options = ExecOptions(timeout_s=scn.run.timeout, grace_s=scn.run.grace)
+    stopped = False
+    loop_lags: np.ndarray | None = None
+    workers = 1
+    if scn.target.kind == "sim":
+        from fairbench.targets.sim import run_sim
+
+        rows, info = run_sim(plan, scn)
+        with (run_dir / "journal.jsonl").open("w", encoding="utf-8") as handle:
+            for row in rows:
+                handle.write(json.dumps(row, separators=(",", ":")) + "\n")
+    else:
+        workers = options.workers or default_workers(plan)
+        if workers <= 1:
+            result, info = _uvloop_run(_live(plan, scn, run_dir / "journal.jsonl", exec_options,
+                                             None, 0, None, options.base_url, progress, run_dir))  # fmt: skip
+            stopped, loop_lags = result.stopped, result.loop_lag_ns
+        else:
+            info, base_url = {"kind": scn.target.kind}, options.base_url
+            server = None
+            if scn.target.kind == "reference" and base_url is None:
+                from fairbench.targets.reference import ReferenceServer
+
+                server = ReferenceServer(scn)
+                base_url = server.start()
+                info = server.info()
+            try:
+                stopped, loop_lags = _run_sharded(plan_path, plan, scn, run_dir, workers,
+                                                  exec_options, base_url, progress)  # fmt: skip
+            finally:
+                if server is not None:
+                    server.stop(run_dir / "server_metrics.prom")
+        rows = []
+        for journal in sorted(run_dir.glob("journal*.jsonl")):
+            rows.extend(read_journal(journal))
+    return _finish(run_dir, scn, plan, rows, header, info, stopped, loop_lags, workers)
+
+
+def _finish(run_dir: Path, scn: Scenario, plan: Plan, rows: list[dict[str, Any]],
+            header: dict[str, Any], info: dict[str, Any], stopped: bool,
+            loop_lags: np.ndarray | None, workers: int, complete: bool = True) -> RunOutcome:  # fmt: skip
+    accounting = check_accounting(len(plan), rows)
+    write_records(rows, run_dir / "records.parquet")
+    frame = records_frame(rows)
+    health = generator_health(frame, scn, loop_lags, stopped=stopped,
+                              virtual=scn.target.kind == "sim")  # fmt: skip
+    if not complete:
+        health["invalid_reasons"].append(
+            f"incomplete run: the process died; {accounting.missing} planned requests have no "
+            "record (at most the last second before the crash)"
+        )
+        health["valid"] = False
+    acc = {"planned": accounting.planned, "counts": accounting.counts,
+           "missing": accounting.missing, "duplicates": accounting.duplicates,
+           "holds": accounting.holds, "line": accounting.line()}  # fmt: skip
+    summary = build_summary(frame, scn, plan.digest, plan.seed, plan.duration_ns / 1e9, health,
+                            acc)  # fmt: skip
+    summary["incomplete"] = not complete
+    write_json(run_dir / "summary.json", summary)
+    header.update(status="complete" if complete else "incomplete",
+                  finished_at=dt.datetime.now(dt.UTC).isoformat(), target=info,
+                  workers=workers, valid=summary["valid"],
+                  invalid_reasons=summary["invalid_reasons"], generator_health=health)  # fmt: skip
+    write_json(run_dir / "run.json", header)
+    return RunOutcome(run_dir, summary, stopped, info)
+
+
+def load_partial_run(run_dir: Path) -> RunOutcome:
+    """Recover a run whose generator died (kill -9): journals become records, marked incomplete."""
+    header = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    scn = parse_scenario(yaml.safe_load((run_dir / "scenario.yaml").read_text(encoding="utf-8")))
+    plan = load_plan(run_dir / "plan.parquet")
+    rows = []
+    for journal in sorted(run_dir.glob("journal*.jsonl")):
+        rows.extend(read_journal(journal))
+    return _finish(run_dir, scn, plan, rows, header, dict(header.get("target", {})), True, None,
+                   int(header.get("workers", 1)), complete=False)  # fmt: skip

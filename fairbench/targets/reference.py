@@ -1,0 +1,138 @@
+"""The `reference` target, the embedded default: the bundled scheduler's HTTP server, started in
+a subprocess on a free 127.0.0.1 port for the run and stopped after it.
+
+Each tenant gets an API key (the scenario's, or a fresh random one for this run) so the server
+authenticates tenancy exactly as it would in production; the keys live in a private temporary
+config file, never in the run directory. Requests carry their SLO class in `X-SLO-Class`, which
+the server accepts only for classes the tenant's traffic uses.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fairbench.scenario import Scenario, Tenant
+from fairbench.targets.openai import OpenAITarget
+
+START_TIMEOUT_S = 60.0
+
+
+def _tenant_classes(scn: Scenario, tenant: Tenant) -> list[str]:
+    classes = [tenant.slo_class]
+    for workload in scn.mix_of(tenant):
+        cls = scn.workloads[workload].slo_class
+        if cls and cls not in classes:
+            classes.append(cls)
+    return classes
+
+
+class ReferenceServer:
+    """The server process: start() returns its URL; stop() ends it."""
+
+    def __init__(self, scn: Scenario) -> None:
+        self.scn = scn
+        self.keys = {t.id: t.api_key or f"fb-{secrets.token_hex(16)}" for t in scn.tenants}
+        self.proc: subprocess.Popen[str] | None = None
+        self.url = ""
+        self._dir: tempfile.TemporaryDirectory[str] | None = None
+
+    def config(self) -> dict[str, Any]:
+        scn = self.scn
+        return {
+            "model": scn.target.model or "reference",
+            "host": "127.0.0.1",
+            "port": 0,
+            "scheduler": scn.scheduler,
+            "tenants": [{"id": t.id, "api_key": self.keys[t.id], "weight": t.weight,
+                         "classes": _tenant_classes(scn, t)} for t in scn.tenants],
+            "slo_classes": {name: c.priority for name, c in scn.slo_classes.items()},
+            "timing_extension": True,
+        }  # fmt: skip
+
+    def start(self) -> str:
+        self._dir = tempfile.TemporaryDirectory(prefix="fairbench-ref-")
+        path = Path(self._dir.name) / "server.yaml"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            yaml.safe_dump(self.config(), handle)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "reference_scheduler", "serve", str(path), "--port", "0"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().strip()
+        if not line.startswith("listening on "):
+            err = self.proc.stderr.read() if self.proc.stderr else ""
+            self.stop()
+            raise RuntimeError(f"the reference server did not start: {line} {err}".strip())
+        self.url = line.removeprefix("listening on ")
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as resp:
+                    if resp.status == 200:
+                        return self.url
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("the reference server never became healthy")
+
+    def stop(self, metrics_path: Path | None = None) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            if metrics_path is not None and self.url:
+                try:
+                    with urllib.request.urlopen(self.url + "/metrics", timeout=5) as resp:
+                        metrics_path.write_bytes(resp.read())
+                except OSError:
+                    pass
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+        if self._dir is not None:
+            self._dir.cleanup()
+            self._dir = None
+
+    def info(self) -> dict[str, str]:
+        sched = self.scn.scheduler
+        return {"kind": "reference", "base_url": self.url,
+                "policy": str(sched.get("policy", "dwrr")),
+                "profile": str(sched.get("profile", "h100-llama3-8b")),
+                "replicas": str(sched.get("replicas", 1))}  # fmt: skip
+
+
+class ReferenceTarget(OpenAITarget):
+    def __init__(self, scn: Scenario) -> None:
+        self.server = ReferenceServer(scn)
+        super().__init__("http://127.0.0.1:0", model=scn.target.model or "reference",
+                         tenant_keys=self.server.keys, ignore_eos=True, kind="reference",
+                         class_header="X-SLO-Class")  # fmt: skip
+
+    @property
+    def metrics_url(self) -> str:
+        return self.base_url + "/metrics"
+
+    async def open(self) -> None:
+        self.base_url = self.server.start()
+        await super().open()
+
+    async def close(self) -> None:
+        await super().close()
+        self.server.stop()
+
+    def info(self) -> Mapping[str, str]:
+        return self.server.info()

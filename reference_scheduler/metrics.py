@@ -1,0 +1,90 @@
+"""The scheduler's SLIs as Prometheus metrics (prometheus-client, one registry per server).
+
+scheduler_wait_time_seconds{tenant,slo_class}        histogram, arrival -> admission
+scheduler_throughput_tokens_total{tenant}            output tokens produced
+scheduler_requests_total{tenant,slo_class,outcome}   finished | cancelled
+scheduler_admission_rejections_total{code}           400 / 401 / 429 / 503
+scheduler_queue_depth                                waiting jobs (all tiers)
+scheduler_queue_depth_by{dimension,name}             waiting jobs per tier / tenant
+scheduler_running                                    jobs in the engine
+scheduler_vtc_counter{tenant}                        VTC's service counters (vtc/lcf)
+scheduler_borrow_ratio{tier}                         running above quota ÷ quota (tiered)
+scheduler_step_duration_seconds                      histogram of engine step times
+scheduler_step_lag_seconds                           histogram: how late the driver woke
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from reference_scheduler.job import Job
+
+_LATENCY = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+_LAG = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05, 0.1)
+
+
+class SchedulerMetrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.wait = Histogram("scheduler_wait_time_seconds", "Arrival to admission",
+                              ["tenant", "slo_class"], buckets=_LATENCY, registry=r)  # fmt: skip
+        self.tokens = Counter("scheduler_throughput_tokens", "Output tokens produced",
+                              ["tenant"], registry=r)  # fmt: skip
+        self.requests = Counter("scheduler_requests", "Requests that left the scheduler",
+                                ["tenant", "slo_class", "outcome"], registry=r)  # fmt: skip
+        self.rejections = Counter("scheduler_admission_rejections", "Requests refused",
+                                  ["code"], registry=r)  # fmt: skip
+        self.cancelled = Counter("scheduler_cancelled", "Requests cancelled by clients",
+                                 registry=r)  # fmt: skip
+        self.depth = Gauge("scheduler_queue_depth", "Waiting requests", registry=r)
+        self.depth_by = Gauge("scheduler_queue_depth_by", "Waiting requests by tier or tenant",
+                              ["dimension", "name"], registry=r)  # fmt: skip
+        self.running = Gauge("scheduler_running", "Requests in the engine", registry=r)
+        self.vtc = Gauge("scheduler_vtc_counter", "VTC service counter", ["tenant"], registry=r)
+        self.borrow = Gauge("scheduler_borrow_ratio", "Running above quota / quota", ["tier"],
+                            registry=r)  # fmt: skip
+        self.step_time = Histogram("scheduler_step_duration_seconds", "Engine step time",
+                                   buckets=_LATENCY, registry=r)  # fmt: skip
+        self.step_lag = Histogram("scheduler_step_lag_seconds", "Real-time driver lateness",
+                                  buckets=_LAG, registry=r)  # fmt: skip
+        self.lags: list[int] = []  # raw step lags (ns), for benchmarks
+
+    def admitted(self, job: Job) -> None:
+        self.wait.labels(job.tenant, job.slo_class).observe((job.admit_ns - job.arrival_ns) / 1e9)
+
+    def finished(self, job: Job) -> None:
+        self.requests.labels(job.tenant, job.slo_class, "finished").inc()
+        if job.max_tokens:
+            self.tokens.labels(job.tenant).inc(job.max_tokens)
+
+    def rejected(self, code: int) -> None:
+        self.rejections.labels(str(code)).inc()
+
+    def queue_depth(self, n: int) -> None:
+        self.depth.set(n)
+
+    def step(self, res: Any, lag_ns: int, policy: Any) -> None:
+        self.step_time.observe(res.duration_ns / 1e9)
+        self.step_lag.observe(lag_ns / 1e9)
+        if len(self.lags) < 1_000_000:
+            self.lags.append(lag_ns)
+
+    def refresh(self, engine: Any) -> None:
+        """Gauges that are cheaper to read on scrape than to keep current on every step."""
+        policy = engine.policy
+        self.depth.set(len(policy))
+        self.running.set(sum(rep.slots for rep in engine.replicas))
+        for key, value in policy.stats().items():
+            if key.startswith("counter:"):
+                self.vtc.labels(key[8:]).set(value)
+        if hasattr(policy, "borrowed"):
+            for spec, borrowed, quota in zip(policy.specs, policy.borrowed(), policy.quotas,
+                                             strict=True):  # fmt: skip
+                self.borrow.labels(spec.name).set(borrowed / (quota * policy.capacity))
+            for spec, child in zip(policy.specs, policy.children, strict=True):
+                self.depth_by.labels("tier", spec.name).set(len(child))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
