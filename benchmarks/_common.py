@@ -8,7 +8,7 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-console = Console()
+console = Console(width=None if sys.stdout.isatty() else 160)
 
 
 def peak_rss_mb() -> float:

@@ -39,11 +39,13 @@ def results_table(summary: dict[str, Any]) -> Table:
         table.add_row(
             name,
             f"{c['ok']}/{c['error']}/{c['timeout']}/{c['rejected']}/{c['cancelled']}",
-            *(f"{_ms(lat[k].get('p50'))}/{_ms(lat[k].get('p99'))}"
-              for k in ("ttft", "tpot", "itl_max", "e2e")),
+            *(
+                f"{_ms(lat[k].get('p50'))}/{_ms(lat[k].get('p99'))}"
+                for k in ("ttft", "tpot", "itl_max", "e2e")
+            ),
             f"{block['throughput']['requests_per_s'] or 0:.1f}",
             "-" if att is None else f"{att:.0%}",
-        )  # fmt: skip
+        )
     return table
 
 
@@ -59,13 +61,18 @@ def verdict_lines(summary: dict[str, Any]) -> list[str]:
     if health.get("virtual_time"):
         lines.append("generator: virtual time (simulated; no send lag)")
     else:
-        lines.append(f"generator send lag p50/p99/max: {_ms(lag.get('p50'))}/"
-                     f"{_ms(lag.get('p99'))}/{_ms(lag.get('max'))} ms "
-                     f"(threshold p99 {health['send_lag_threshold_ms']:g} ms)")  # fmt: skip
+        lines.append(
+            f"generator send lag p50/p99/max: {_ms(lag.get('p50'))}/"
+            f"{_ms(lag.get('p99'))}/{_ms(lag.get('max'))} ms "
+            f"(threshold p99 {health['send_lag_threshold_ms']:g} ms)"
+        )
     lines.append(f"accounting: {summary['accounting']['line']}")
     jain = summary["fairness"]["jain_service"]
-    lines.append(f"fairness: Jain over service/fair-share = {jain:.3f}" if jain is not None
-                 else "fairness: not enough service to judge")  # fmt: skip
+    lines.append(
+        f"fairness: Jain over service/fair-share = {jain:.3f}"
+        if jain is not None
+        else "fairness: not enough service to judge"
+    )
     return lines
 
 
@@ -84,16 +91,27 @@ def register(app: typer.Typer) -> None:
         scn = load_scenario(file)
         options = RunOptions(out=out_dir, seed=seed, workers=workers, base_url=target_url)
         with Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("{task.fields[detail]}"), TimeElapsedColumn(),
-            console=console, disable=quiet, transient=False,
-        ) as bar:  # fmt: skip
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[detail]}"),
+            TimeElapsedColumn(),
+            console=console,
+            disable=quiet,
+            transient=False,
+        ) as bar:
             task = bar.add_task(f"{scn.name}", total=None, detail="planning")
 
             def progress(c: LiveCounters) -> None:
-                bar.update(task, total=c.planned, completed=c.done, detail=(
-                    f"sent {c.sent} · in flight {c.in_flight} · errors {c.errors} · "
-                    f"lag {c.last_lag_ns / 1e6:.2f} ms"))  # fmt: skip
+                bar.update(
+                    task,
+                    total=c.planned,
+                    completed=c.done,
+                    detail=(
+                        f"sent {c.sent} · in flight {c.in_flight} · errors {c.errors} · "
+                        f"lag {c.last_lag_ns / 1e6:.2f} ms"
+                    ),
+                )
 
             outcome = execute_run(scn, options, progress)
             bar.update(task, detail="done")

@@ -94,8 +94,17 @@ class Executor:
     # ------------------------------------------------------------------ one request
 
     async def _one(self, req: PlannedRequest, t_intended: int, t0: int) -> None:
-        rec = Record(req.request_id, req.tenant, req.slo_class, req.workload, req.endpoint,
-                     t_intended - t0, req.prompt_tokens, req.max_tokens, worker=self.worker)  # fmt: skip
+        rec = Record(
+            req.request_id,
+            req.tenant,
+            req.slo_class,
+            req.workload,
+            req.endpoint,
+            t_intended - t0,
+            req.prompt_tokens,
+            req.max_tokens,
+            worker=self.worker,
+        )
         counters = self.counters
         sent = now_ns()
         rec.t_sent_ns = sent - t0
@@ -153,7 +162,7 @@ class Executor:
     ) -> None:
         if isinstance(terminal, Failed):
             rec.status = terminal.status
-            rec.error_kind = terminal.kind if terminal.status == "error" else terminal.kind
+            rec.error_kind = terminal.kind
             rec.error_detail = terminal.detail or None
             rec.http_status = terminal.http_status
             rec.retry_after_s = terminal.retry_after_s
@@ -169,9 +178,11 @@ class Executor:
             rec.queue_time_ns = _opt_int(extra.get("queue_time_ns"))
             rec.preemptions = _opt_int(extra.get("preemptions"))
             rec.cached_tokens = _opt_int(extra.get("cached_tokens"))
-        if req.endpoint != "embeddings" and req.max_tokens > 0 and rec.output_tokens == 0:
+        wants_tokens = req.endpoint != "embeddings" and req.max_tokens > 0
+        if wants_tokens and (rec.output_tokens == 0 or (req.stream and tokens == 0)):
+            # A stream that delivered no token gave the client nothing, whatever usage claims.
             rec.status, rec.error_kind = "error", "no_token"
-            rec.error_detail = "a terminal event but no output token"
+            rec.error_detail = "a terminal event but no output token reached the client"
             return
         rec.status = "ok"
 
@@ -195,8 +206,9 @@ class Executor:
             self._loop_lags.append(now_ns() - before - int(period_s * 1e9))
 
     async def _flusher(self) -> None:
+        """Records reach disk within a second even when none complete to trigger a flush."""
         while True:
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.2)
             self.journal.maybe_flush()
 
     async def run(self, t0_ns: int | None = None) -> ExecResult:
@@ -235,11 +247,21 @@ class Executor:
         finally:
             for i in self.indices[sent_upto:]:
                 req = plan.request(int(i))
-                self._write(Record(req.request_id, req.tenant, req.slo_class, req.workload,
-                                   req.endpoint, int(offsets[i]), req.prompt_tokens,
-                                   req.max_tokens, status="cancelled",
-                                   error_detail="not sent: the run was stopped",
-                                   worker=self.worker))  # fmt: skip
+                self._write(
+                    Record(
+                        req.request_id,
+                        req.tenant,
+                        req.slo_class,
+                        req.workload,
+                        req.endpoint,
+                        int(offsets[i]),
+                        req.prompt_tokens,
+                        req.max_tokens,
+                        status="cancelled",
+                        error_detail="not sent: the run was stopped",
+                        worker=self.worker,
+                    )
+                )
             if self._tasks:  # interrupted while draining
                 for task in list(self._tasks):
                     task.cancel()
@@ -247,13 +269,18 @@ class Executor:
             monitor.cancel()
             flusher.cancel()
             self.journal.flush()
-        return ExecResult(t0, np.asarray(self._lags, dtype=np.int64),
-                          np.asarray(self._loop_lags, dtype=np.int64),
-                          np.asarray(self._cap_waits, dtype=np.int64), stop.is_set(),
-                          len(self._written))  # fmt: skip
+        return ExecResult(
+            t0,
+            np.asarray(self._lags, dtype=np.int64),
+            np.asarray(self._loop_lags, dtype=np.int64),
+            np.asarray(self._cap_waits, dtype=np.int64),
+            stop.is_set(),
+            len(self._written),
+        )
 
-    async def _guarded(self, req: PlannedRequest, deadline: int, t0: int,
-                       cap: asyncio.Semaphore | None) -> None:  # fmt: skip
+    async def _guarded(
+        self, req: PlannedRequest, deadline: int, t0: int, cap: asyncio.Semaphore | None
+    ) -> None:
         try:
             await self._one(req, deadline, t0)
         finally:
@@ -272,8 +299,10 @@ class Executor:
             # send, and a stop shortens it.
             while pending and time.monotonic() < deadline and not self.stop.is_set():
                 _, pending = await asyncio.wait(
-                    pending | {stop_wait}, timeout=deadline - time.monotonic(),
-                    return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+                    pending | {stop_wait},
+                    timeout=deadline - time.monotonic(),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
                 pending.discard(stop_wait)
             if self.stop.is_set():
                 deadline = time.monotonic() + grace_s

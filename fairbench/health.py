@@ -32,8 +32,9 @@ def generator_health(
     virtual: bool = False,
 ) -> dict[str, Any]:
     lag = send_lag_ns(records)
-    lag_ms = {k: (None if v is None else round(v / 1e6, 4))
-              for k, v in percentiles(lag, (50, 99)).items()}  # fmt: skip
+    lag_ms = {
+        k: (None if v is None else round(v / 1e6, 4)) for k, v in percentiles(lag, (50, 99)).items()
+    }
     lag_ms["max"] = round(float(lag.max()) / 1e6, 4) if len(lag) else None
     threshold_ms = scn.health.max_send_lag_p99 * 1e3
     reasons: list[str] = []
@@ -69,8 +70,10 @@ def generator_health(
             )
     loop = None
     if loop_lag_ns is not None and len(loop_lag_ns):
-        loop = {k: (None if v is None else round(v / 1e6, 4))
-                for k, v in percentiles(loop_lag_ns.astype(np.float64), (50, 99)).items()}  # fmt: skip
+        loop = {
+            k: (None if v is None else round(v / 1e6, 4))
+            for k, v in percentiles(loop_lag_ns.astype(np.float64), (50, 99)).items()
+        }
     return {
         "virtual_time": virtual,
         "send_lag_ms": lag_ms,

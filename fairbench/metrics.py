@@ -20,15 +20,15 @@ def _col(df: pd.DataFrame, name: str) -> np.ndarray:
 
 
 def _first_response_ns(df: pd.DataFrame) -> np.ndarray:
-    """When the first token arrived; for embeddings (no tokens) the response itself is it."""
+    """When the first token reached the client. A response that streams no token (embeddings,
+    non-streamed completions) delivers its first token with the whole response."""
     first = _col(df, "t_first_token_ns")
-    embeddings = (df["endpoint"] == "embeddings").to_numpy()
-    return np.where(embeddings, _col(df, "t_done_ns"), first)
+    return np.where(np.isnan(first), _col(df, "t_done_ns"), first)
 
 
 def ttft_ns(df: pd.DataFrame) -> np.ndarray:
-    """Time to first token: t_first_token − t_intended (ns); NaN where no token arrived. For
-    embeddings, which produce no token, the time to the response."""
+    """Time to first token: t_first_token − t_intended (ns); for responses that stream no token,
+    the time to the response; NaN where neither arrived."""
     return _first_response_ns(df) - _col(df, "t_intended_ns")
 
 
@@ -101,8 +101,11 @@ def service_tokens(
     """Service a request received, in weighted tokens: 1·input + 2·output by default (VTC's
     prices), counting only what was served (prompt if any output or an ok embedding)."""
     served = (df["status"] == "ok").to_numpy() | (_col(df, "output_tokens") > 0)
-    return np.where(served, input_weight * _col(df, "prompt_tokens") +
-                    output_weight * _col(df, "output_tokens"), 0.0)  # fmt: skip
+    return np.where(
+        served,
+        input_weight * _col(df, "prompt_tokens") + output_weight * _col(df, "output_tokens"),
+        0.0,
+    )
 
 
 def water_fill(demands: np.ndarray, weights: np.ndarray, capacity: float) -> np.ndarray:

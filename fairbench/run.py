@@ -36,7 +36,7 @@ import numpy as np
 import yaml
 
 import fairbench
-from fairbench.executor import ExecOptions, Executor, ExecResult, LiveCounters
+from fairbench.executor import ExecOptions, ExecResult, Executor, LiveCounters
 from fairbench.health import generator_health
 from fairbench.materialize import materialize
 from fairbench.plan import Plan, load_plan
@@ -95,8 +95,12 @@ def redacted(scn: Scenario) -> dict[str, Any]:
 
 
 def host_info() -> dict[str, Any]:
-    return {"hostname": socket.gethostname(), "platform": platform.platform(),
-            "python": sys.version.split()[0], "cpus": os.cpu_count()}  # fmt: skip
+    return {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "cpus": os.cpu_count(),
+    }
 
 
 def default_workers(plan: Plan) -> int:
@@ -143,8 +147,17 @@ def make_target(scn: Scenario, base_url: str | None = None) -> Target:
     url = base_url or spec.base_url
     if not url:
         raise ValueError(f"target.base_url: a {spec.kind} target needs the server's URL")
-    return OpenAITarget(url, spec.model or "default", spec.api_key, keys, spec.headers,
-                        spec.extra_body, spec.class_extra_body, spec.ignore_eos, spec.kind)  # fmt: skip
+    return OpenAITarget(
+        url,
+        spec.model or "default",
+        spec.api_key,
+        keys,
+        spec.headers,
+        spec.extra_body,
+        spec.class_extra_body,
+        spec.ignore_eos,
+        spec.kind,
+    )
 
 
 def metrics_url(target: Target, scn: Scenario) -> str | None:
@@ -242,23 +255,49 @@ def _worker_main(args: dict[str, Any], shared: Any) -> None:
     def progress(c: LiveCounters) -> None:
         shared[4 * k : 4 * k + 4] = [c.sent, c.done, c.errors, c.last_lag_ns]
 
-    result, _ = _uvloop_run(_live(plan, scn, Path(args["journal"]), ExecOptions(**args["exec"]),
-                                  indices, k, args["t0"], args["base_url"], progress, None))  # fmt: skip
+    result, _ = _uvloop_run(
+        _live(
+            plan,
+            scn,
+            Path(args["journal"]),
+            ExecOptions(**args["exec"]),
+            indices,
+            k,
+            args["t0"],
+            args["base_url"],
+            progress,
+            None,
+        )
+    )
     np.save(args["lags"], result.loop_lag_ns)
 
 
-def _run_sharded(plan_path: Path, plan: Plan, scn: Scenario, run_dir: Path, n: int,
-                 exec_options: ExecOptions, base_url: str | None,
-                 progress: Progress | None) -> tuple[bool, np.ndarray]:  # fmt: skip
+def _run_sharded(
+    plan_path: Path,
+    plan: Plan,
+    scn: Scenario,
+    run_dir: Path,
+    n: int,
+    exec_options: ExecOptions,
+    base_url: str | None,
+    progress: Progress | None,
+) -> tuple[bool, np.ndarray]:
     ctx = mp.get_context("spawn")
     shared = ctx.Array("q", 4 * n, lock=False)
     t0 = time.perf_counter_ns() + int(max(exec_options.lead_s, 2.0) * 1e9)  # workers start first
     procs = []
     for k in range(n):
-        args = {"plan": str(plan_path), "scenario": scn.model_dump(mode="json"), "worker": k,
-                "workers": n, "journal": str(run_dir / f"journal-{k}.jsonl"),
-                "exec": exec_options.__dict__, "t0": t0, "base_url": base_url,
-                "lags": str(run_dir / f".loop-lag-{k}.npy")}  # fmt: skip
+        args = {
+            "plan": str(plan_path),
+            "scenario": scn.model_dump(mode="json"),
+            "worker": k,
+            "workers": n,
+            "journal": str(run_dir / f"journal-{k}.jsonl"),
+            "exec": exec_options.__dict__,
+            "t0": t0,
+            "base_url": base_url,
+            "lags": str(run_dir / f".loop-lag-{k}.npy"),
+        }
         proc = ctx.Process(target=_worker_main, args=(args, shared), daemon=True)
         proc.start()
         procs.append(proc)
@@ -283,8 +322,11 @@ def _run_sharded(plan_path: Path, plan: Plan, scn: Scenario, run_dir: Path, n: i
     finally:
         for p in procs:
             p.join()
-    lags = [np.load(run_dir / f".loop-lag-{k}.npy") for k in range(n)
-            if (run_dir / f".loop-lag-{k}.npy").exists()]  # fmt: skip
+    lags = [
+        np.load(run_dir / f".loop-lag-{k}.npy")
+        for k in range(n)
+        if (run_dir / f".loop-lag-{k}.npy").exists()
+    ]
     for k in range(n):
         (run_dir / f".loop-lag-{k}.npy").unlink(missing_ok=True)
     return stopped, np.concatenate(lags) if lags else np.empty(0, dtype=np.int64)
@@ -293,13 +335,15 @@ def _run_sharded(plan_path: Path, plan: Plan, scn: Scenario, run_dir: Path, n: i
 # ---------------------------------------------------------------- the run
 
 
-def execute_run(scn: Scenario, options: RunOptions | None = None,
-                progress: Progress | None = None) -> RunOutcome:  # fmt: skip
+def execute_run(
+    scn: Scenario, options: RunOptions | None = None, progress: Progress | None = None
+) -> RunOutcome:
     options = options or RunOptions()
     plan = materialize(scn, options.seed)
     run_dir = new_run_dir(scn, options)
     (run_dir / "scenario.yaml").write_text(
-        yaml.safe_dump(redacted(scn), sort_keys=False), encoding="utf-8")  # fmt: skip
+        yaml.safe_dump(redacted(scn), sort_keys=False), encoding="utf-8"
+    )
     plan_path = run_dir / "plan.parquet"
     plan.save(plan_path)
     header: dict[str, Any] = {
@@ -329,8 +373,20 @@ def execute_run(scn: Scenario, options: RunOptions | None = None,
     else:
         workers = options.workers or default_workers(plan)
         if workers <= 1:
-            result, info = _uvloop_run(_live(plan, scn, run_dir / "journal.jsonl", exec_options,
-                                             None, 0, None, options.base_url, progress, run_dir))  # fmt: skip
+            result, info = _uvloop_run(
+                _live(
+                    plan,
+                    scn,
+                    run_dir / "journal.jsonl",
+                    exec_options,
+                    None,
+                    0,
+                    None,
+                    options.base_url,
+                    progress,
+                    run_dir,
+                )
+            )
             stopped, loop_lags = result.stopped, result.loop_lag_ns
         else:
             info, base_url = {"kind": scn.target.kind}, options.base_url
@@ -342,8 +398,9 @@ def execute_run(scn: Scenario, options: RunOptions | None = None,
                 base_url = server.start()
                 info = server.info()
             try:
-                stopped, loop_lags = _run_sharded(plan_path, plan, scn, run_dir, workers,
-                                                  exec_options, base_url, progress)  # fmt: skip
+                stopped, loop_lags = _run_sharded(
+                    plan_path, plan, scn, run_dir, workers, exec_options, base_url, progress
+                )
             finally:
                 if server is not None:
                     server.stop(run_dir / "server_metrics.prom")
@@ -353,31 +410,50 @@ def execute_run(scn: Scenario, options: RunOptions | None = None,
     return _finish(run_dir, scn, plan, rows, header, info, stopped, loop_lags, workers)
 
 
-def _finish(run_dir: Path, scn: Scenario, plan: Plan, rows: list[dict[str, Any]],
-            header: dict[str, Any], info: dict[str, Any], stopped: bool,
-            loop_lags: np.ndarray | None, workers: int, complete: bool = True) -> RunOutcome:  # fmt: skip
+def _finish(
+    run_dir: Path,
+    scn: Scenario,
+    plan: Plan,
+    rows: list[dict[str, Any]],
+    header: dict[str, Any],
+    info: dict[str, Any],
+    stopped: bool,
+    loop_lags: np.ndarray | None,
+    workers: int,
+    complete: bool = True,
+) -> RunOutcome:
     accounting = check_accounting(len(plan), rows)
     write_records(rows, run_dir / "records.parquet")
     frame = records_frame(rows)
-    health = generator_health(frame, scn, loop_lags, stopped=stopped,
-                              virtual=scn.target.kind == "sim")  # fmt: skip
+    health = generator_health(
+        frame, scn, loop_lags, stopped=stopped, virtual=scn.target.kind == "sim"
+    )
     if not complete:
         health["invalid_reasons"].append(
             f"incomplete run: the process died; {accounting.missing} planned requests have no "
             "record (at most the last second before the crash)"
         )
         health["valid"] = False
-    acc = {"planned": accounting.planned, "counts": accounting.counts,
-           "missing": accounting.missing, "duplicates": accounting.duplicates,
-           "holds": accounting.holds, "line": accounting.line()}  # fmt: skip
-    summary = build_summary(frame, scn, plan.digest, plan.seed, plan.duration_ns / 1e9, health,
-                            acc)  # fmt: skip
+    acc = {
+        "planned": accounting.planned,
+        "counts": accounting.counts,
+        "missing": accounting.missing,
+        "duplicates": accounting.duplicates,
+        "holds": accounting.holds,
+        "line": accounting.line(),
+    }
+    summary = build_summary(frame, scn, plan.digest, plan.seed, plan.duration_ns / 1e9, health, acc)
     summary["incomplete"] = not complete
     write_json(run_dir / "summary.json", summary)
-    header.update(status="complete" if complete else "incomplete",
-                  finished_at=dt.datetime.now(dt.UTC).isoformat(), target=info,
-                  workers=workers, valid=summary["valid"],
-                  invalid_reasons=summary["invalid_reasons"], generator_health=health)  # fmt: skip
+    header.update(
+        status="complete" if complete else "incomplete",
+        finished_at=dt.datetime.now(dt.UTC).isoformat(),
+        target=info,
+        workers=workers,
+        valid=summary["valid"],
+        invalid_reasons=summary["invalid_reasons"],
+        generator_health=health,
+    )
     write_json(run_dir / "run.json", header)
     return RunOutcome(run_dir, summary, stopped, info)
 
@@ -390,5 +466,15 @@ def load_partial_run(run_dir: Path) -> RunOutcome:
     rows = []
     for journal in sorted(run_dir.glob("journal*.jsonl")):
         rows.extend(read_journal(journal))
-    return _finish(run_dir, scn, plan, rows, header, dict(header.get("target", {})), True, None,
-                   int(header.get("workers", 1)), complete=False)  # fmt: skip
+    return _finish(
+        run_dir,
+        scn,
+        plan,
+        rows,
+        header,
+        dict(header.get("target", {})),
+        True,
+        None,
+        int(header.get("workers", 1)),
+        complete=False,
+    )

@@ -22,9 +22,14 @@ def parse_prometheus(text: str, t_ns: int) -> list[dict[str, Any]]:
     rows = []
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            rows.append({"t_ns": t_ns, "metric": sample.name,
-                         "labels": json.dumps(sample.labels, sort_keys=True),
-                         "value": float(sample.value)})  # fmt: skip
+            rows.append(
+                {
+                    "t_ns": t_ns,
+                    "metric": sample.name,
+                    "labels": json.dumps(sample.labels, sort_keys=True),
+                    "value": float(sample.value),
+                }
+            )
     return rows
 
 
@@ -61,6 +66,12 @@ class Scraper:
             await self.scrape_once(session, t0_ns)
 
     def save(self, path: Path) -> None:
-        schema = pa.schema([("t_ns", pa.int64()), ("metric", pa.string()),
-                            ("labels", pa.string()), ("value", pa.float64())])  # fmt: skip
+        schema = pa.schema(
+            [
+                ("t_ns", pa.int64()),
+                ("metric", pa.string()),
+                ("labels", pa.string()),
+                ("value", pa.float64()),
+            ]
+        )
         pq.write_table(pa.Table.from_pylist(self.rows, schema=schema), str(path))

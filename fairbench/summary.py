@@ -39,8 +39,9 @@ def measurement_window(scn: Scenario, plan_span_s: float) -> tuple[float, float]
 
 
 def slo_table(scn: Scenario) -> dict[str, dict[str, float | None]]:
-    return {name: {"ttft": c.ttft, "tpot": c.tpot, "e2e": c.e2e}
-            for name, c in scn.slo_classes.items()}  # fmt: skip
+    return {
+        name: {"ttft": c.ttft, "tpot": c.tpot, "e2e": c.e2e} for name, c in scn.slo_classes.items()
+    }
 
 
 def _ms(values: dict[str, float | None]) -> dict[str, float | None]:
@@ -64,8 +65,9 @@ def group_block(df: pd.DataFrame, met: np.ndarray, window_s: float) -> dict[str,
     block["goodput"] = {
         "requests_per_s": float(good) / window_s if window_s > 0 else None,
         "output_tokens_per_s": float(df["output_tokens"].to_numpy()[met].sum()) / window_s
-        if window_s > 0 else None,
-    }  # fmt: skip
+        if window_s > 0
+        else None,
+    }
     block["slo_attainment"] = float(good / len(df)) if len(df) else None
     return block
 
@@ -91,11 +93,15 @@ def fairness_block(df: pd.DataFrame, weights: Mapping[str, float]) -> dict[str, 
     return {
         "jain_service": m.jain(ratio[present]) if present.any() else None,
         "tenants": {
-            t: {"service_tokens": float(g), "demand_tokens": float(d), "fair_share_tokens": float(f),
-                "share_of_fair": None if not np.isfinite(r) else float(r)}
+            t: {
+                "service_tokens": float(g),
+                "demand_tokens": float(d),
+                "fair_share_tokens": float(f),
+                "share_of_fair": None if not np.isfinite(r) else float(r),
+            }
             for t, g, d, f, r in zip(tenants, got, demand, fair, ratio, strict=True)
         },
-    }  # fmt: skip
+    }
 
 
 def build_summary(

@@ -7,8 +7,8 @@ parent process can find it. Bad configuration prints one line per problem and ex
 from __future__ import annotations
 
 import argparse
-import contextlib
 import asyncio
+import contextlib
 import sys
 
 from reference_scheduler.config import SchedulerConfigError

@@ -28,27 +28,44 @@ _LAG = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05, 0.1)
 class SchedulerMetrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
-        self.wait = Histogram("scheduler_wait_time_seconds", "Arrival to admission",
-                              ["tenant", "slo_class"], buckets=_LATENCY, registry=r)  # fmt: skip
-        self.tokens = Counter("scheduler_throughput_tokens", "Output tokens produced",
-                              ["tenant"], registry=r)  # fmt: skip
-        self.requests = Counter("scheduler_requests", "Requests that left the scheduler",
-                                ["tenant", "slo_class", "outcome"], registry=r)  # fmt: skip
-        self.rejections = Counter("scheduler_admission_rejections", "Requests refused",
-                                  ["code"], registry=r)  # fmt: skip
-        self.cancelled = Counter("scheduler_cancelled", "Requests cancelled by clients",
-                                 registry=r)  # fmt: skip
+        self.wait = Histogram(
+            "scheduler_wait_time_seconds",
+            "Arrival to admission",
+            ["tenant", "slo_class"],
+            buckets=_LATENCY,
+            registry=r,
+        )
+        self.tokens = Counter(
+            "scheduler_throughput_tokens", "Output tokens produced", ["tenant"], registry=r
+        )
+        self.requests = Counter(
+            "scheduler_requests",
+            "Requests that left the scheduler",
+            ["tenant", "slo_class", "outcome"],
+            registry=r,
+        )
+        self.rejections = Counter(
+            "scheduler_admission_rejections", "Requests refused", ["code"], registry=r
+        )
+        self.cancelled = Counter("scheduler_cancelled", "Requests cancelled by clients", registry=r)
         self.depth = Gauge("scheduler_queue_depth", "Waiting requests", registry=r)
-        self.depth_by = Gauge("scheduler_queue_depth_by", "Waiting requests by tier or tenant",
-                              ["dimension", "name"], registry=r)  # fmt: skip
+        self.depth_by = Gauge(
+            "scheduler_queue_depth_by",
+            "Waiting requests by tier or tenant",
+            ["dimension", "name"],
+            registry=r,
+        )
         self.running = Gauge("scheduler_running", "Requests in the engine", registry=r)
         self.vtc = Gauge("scheduler_vtc_counter", "VTC service counter", ["tenant"], registry=r)
-        self.borrow = Gauge("scheduler_borrow_ratio", "Running above quota / quota", ["tier"],
-                            registry=r)  # fmt: skip
-        self.step_time = Histogram("scheduler_step_duration_seconds", "Engine step time",
-                                   buckets=_LATENCY, registry=r)  # fmt: skip
-        self.step_lag = Histogram("scheduler_step_lag_seconds", "Real-time driver lateness",
-                                  buckets=_LAG, registry=r)  # fmt: skip
+        self.borrow = Gauge(
+            "scheduler_borrow_ratio", "Running above quota / quota", ["tier"], registry=r
+        )
+        self.step_time = Histogram(
+            "scheduler_step_duration_seconds", "Engine step time", buckets=_LATENCY, registry=r
+        )
+        self.step_lag = Histogram(
+            "scheduler_step_lag_seconds", "Real-time driver lateness", buckets=_LAG, registry=r
+        )
         self.lags: list[int] = []  # raw step lags (ns), for benchmarks
 
     def admitted(self, job: Job) -> None:
@@ -80,8 +97,9 @@ class SchedulerMetrics:
             if key.startswith("counter:"):
                 self.vtc.labels(key[8:]).set(value)
         if hasattr(policy, "borrowed"):
-            for spec, borrowed, quota in zip(policy.specs, policy.borrowed(), policy.quotas,
-                                             strict=True):  # fmt: skip
+            for spec, borrowed, quota in zip(
+                policy.specs, policy.borrowed(), policy.quotas, strict=True
+            ):
                 self.borrow.labels(spec.name).set(borrowed / (quota * policy.capacity))
             for spec, child in zip(policy.specs, policy.children, strict=True):
                 self.depth_by.labels("tier", spec.name).set(len(child))

@@ -59,8 +59,12 @@ class Stream:
 
 
 class RealtimeDriver:
-    def __init__(self, config: ServerConfig, metrics: SchedulerMetrics,
-                 clock: Callable[[], int] = time.perf_counter_ns) -> None:  # fmt: skip
+    def __init__(
+        self,
+        config: ServerConfig,
+        metrics: SchedulerMetrics,
+        clock: Callable[[], int] = time.perf_counter_ns,
+    ) -> None:
         self.config = config
         self.engine = Engine(config.scheduler)
         self.metrics = metrics
@@ -148,16 +152,29 @@ class RealtimeDriver:
 
 
 class BadRequest(Exception):
-    def __init__(self, status: int, message: str, kind: str, param: str | None = None,
-                 code: str | None = None, headers: dict[str, str] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        kind: str,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.kind = status, message, kind
         self.param, self.code, self.headers = param, code, headers or {}
 
 
 def error_response(error: BadRequest) -> web.Response:
-    body = {"error": {"message": error.message, "type": error.kind, "param": error.param,
-                      "code": error.code}}  # fmt: skip
+    body = {
+        "error": {
+            "message": error.message,
+            "type": error.kind,
+            "param": error.param,
+            "code": error.code,
+        }
+    }
     return web.json_response(body, status=error.status, headers=error.headers)
 
 
@@ -181,8 +198,12 @@ class Api:
             tenant = self.config.by_key.get(key or "")
             if tenant is None:
                 self.metrics.rejected(401)
-                raise BadRequest(401, "Incorrect or missing API key.", "authentication_error",
-                                 code="invalid_api_key")  # fmt: skip
+                raise BadRequest(
+                    401,
+                    "Incorrect or missing API key.",
+                    "authentication_error",
+                    code="invalid_api_key",
+                )
             return tenant
         return self.config.default_tenant
 
@@ -191,8 +212,12 @@ class Api:
         if asked is None:
             return tenant.classes[0]
         if asked not in tenant.classes:
-            raise BadRequest(403, f"tenant may not use SLO class {asked!r}; allowed: "
-                             f"{tenant.classes}", "permission_error", "X-SLO-Class")  # fmt: skip
+            raise BadRequest(
+                403,
+                f"tenant may not use SLO class {asked!r}; allowed: {tenant.classes}",
+                "permission_error",
+                "X-SLO-Class",
+            )
         return asked
 
     async def body_of(self, request: web.Request) -> dict[str, Any]:
@@ -213,8 +238,11 @@ class Api:
         if isinstance(value, bool) or not isinstance(value, int):
             raise _invalid("max_tokens must be an integer.", "max_tokens")
         if value < 1 or value > self.config.spec.max_tokens_limit:
-            raise _invalid(f"max_tokens must be between 1 and {self.config.spec.max_tokens_limit}"
-                           f", got {value}.", "max_tokens")  # fmt: skip
+            raise _invalid(
+                f"max_tokens must be between 1 and {self.config.spec.max_tokens_limit}"
+                f", got {value}.",
+                "max_tokens",
+            )
         return value
 
     @staticmethod
@@ -259,9 +287,12 @@ class Api:
             raise _invalid("The prompt is empty.", "prompt")
         limit = self.driver.engine.max_model_len
         if n + max_tokens > limit:
-            raise _invalid(f"This model's maximum context length is {limit} tokens; the request "
-                           f"has {n} prompt tokens and asks for {max_tokens} more.",
-                           "messages", "context_length_exceeded")  # fmt: skip
+            raise _invalid(
+                f"This model's maximum context length is {limit} tokens; the request "
+                f"has {n} prompt tokens and asks for {max_tokens} more.",
+                "messages",
+                "context_length_exceeded",
+            )
         ids = token_ids(prompt)
         block = self.driver.engine.block_size
         hashes = []
@@ -269,9 +300,17 @@ class Api:
         for start in range(0, len(ids) - len(ids) % block, block):
             h = hash((h, tuple(ids[start : start + block])))
             hashes.append(h)
-        return Job(next(self.driver.ids), tenant.id, cls, n, max_tokens, self.driver.now(),
-                   weight=tenant.weight, priority=self.config.spec.slo_classes[cls],
-                   block_hashes=tuple(hashes))  # fmt: skip
+        return Job(
+            next(self.driver.ids),
+            tenant.id,
+            cls,
+            n,
+            max_tokens,
+            self.driver.now(),
+            weight=tenant.weight,
+            priority=self.config.spec.slo_classes[cls],
+            block_hashes=tuple(hashes),
+        )
 
     # -------------------------------------------------------------- generation
 
@@ -298,8 +337,15 @@ class Api:
             kind = "rate_limit_error" if verdict.code == 429 else "server_overloaded"
             headers = {"Retry-After": str(verdict.retry_after_s)} if verdict.retry_after_s else {}
             status = verdict.code if verdict.code in (400, 429, 503) else 503
-            return error_response(BadRequest(status, verdict.reason or "overloaded", kind,
-                                             code=verdict.reason, headers=headers))  # fmt: skip
+            return error_response(
+                BadRequest(
+                    status,
+                    verdict.reason or "overloaded",
+                    kind,
+                    code=verdict.reason,
+                    headers=headers,
+                )
+            )
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{job.id}"
         try:
             if stream_on:
@@ -316,18 +362,26 @@ class Api:
         )
 
     def _timing(self, job: Job) -> dict[str, Any]:
-        return {"queue_time_ns": job.admit_ns - job.arrival_ns if job.admit_ns >= 0 else None,
-                "preemptions": job.preemptions, "cached_tokens": job.cached_tokens,
-                "tier": job.slo_class}  # fmt: skip
+        return {
+            "queue_time_ns": job.admit_ns - job.arrival_ns if job.admit_ns >= 0 else None,
+            "preemptions": job.preemptions,
+            "cached_tokens": job.cached_tokens,
+            "tier": job.slo_class,
+        }
 
     def _usage(self, job: Job, produced: int) -> dict[str, int]:
-        return {"prompt_tokens": job.prompt_tokens, "completion_tokens": produced,
-                "total_tokens": job.prompt_tokens + produced}  # fmt: skip
+        return {
+            "prompt_tokens": job.prompt_tokens,
+            "completion_tokens": produced,
+            "total_tokens": job.prompt_tokens + produced,
+        }
 
-    async def _sse(self, request: web.Request, job: Job, stream: Stream, rid: str, chat: bool,
-                   usage_on: bool) -> web.StreamResponse:  # fmt: skip
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                               "Cache-Control": "no-cache"})  # fmt: skip
+    async def _sse(
+        self, request: web.Request, job: Job, stream: Stream, rid: str, chat: bool, usage_on: bool
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
         await response.prepare(request)
         model, created = self.config.spec.model, self.created
         kind = "chat.completion.chunk" if chat else "text_completion"
@@ -339,10 +393,20 @@ class Api:
                     delta["content"] = text
                 choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
             else:
-                choice = {"index": 0, "text": text or "", "logprobs": None,
-                          "finish_reason": finish, "stop_reason": None}  # fmt: skip
-            obj = {"id": rid, "object": kind, "created": created, "model": model,
-                   "choices": [choice]}  # fmt: skip
+                choice = {
+                    "index": 0,
+                    "text": text or "",
+                    "logprobs": None,
+                    "finish_reason": finish,
+                    "stop_reason": None,
+                }
+            obj = {
+                "id": rid,
+                "object": kind,
+                "created": created,
+                "model": model,
+                "choices": [choice],
+            }
             return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 
         produced = 0
@@ -359,15 +423,27 @@ class Api:
                 break
         tail: dict[str, Any] = {}
         if usage_on:
-            tail = {"id": rid, "object": kind, "created": created, "model": model, "choices": [],
-                    "usage": self._usage(job, produced)}  # fmt: skip
+            tail = {
+                "id": rid,
+                "object": kind,
+                "created": created,
+                "model": model,
+                "choices": [],
+                "usage": self._usage(job, produced),
+            }
         if self.config.spec.timing_extension:
-            tail = tail or {"id": rid, "object": kind, "created": created, "model": model,
-                            "choices": []}  # fmt: skip
+            tail = tail or {
+                "id": rid,
+                "object": kind,
+                "created": created,
+                "model": model,
+                "choices": [],
+            }
             tail["fairbench"] = self._timing(job)
         if tail:
-            await response.write(b"data: " + json.dumps(tail, separators=(",", ":")).encode()
-                                 + b"\n\n")  # fmt: skip
+            await response.write(
+                b"data: " + json.dumps(tail, separators=(",", ":")).encode() + b"\n\n"
+            )
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
@@ -381,15 +457,22 @@ class Api:
                 break
         text = self._text(job, 0, produced)
         if chat:
-            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant",
-                                                              "content": text},
-                                      "logprobs": None, "finish_reason": "length"}  # fmt: skip
+            choice: dict[str, Any] = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": None,
+                "finish_reason": "length",
+            }
         else:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "length"}
-        body: dict[str, Any] = {"id": rid, "object": "chat.completion" if chat else
-                                "text_completion", "created": self.created,
-                                "model": self.config.spec.model, "choices": [choice],
-                                "usage": self._usage(job, produced)}  # fmt: skip
+        body: dict[str, Any] = {
+            "id": rid,
+            "object": "chat.completion" if chat else "text_completion",
+            "created": self.created,
+            "model": self.config.spec.model,
+            "choices": [choice],
+            "usage": self._usage(job, produced),
+        }
         headers = {}
         if self.config.spec.timing_extension:
             body["fairbench"] = self._timing(job)
@@ -414,8 +497,14 @@ class Api:
         stream, verdict = self.driver.submit(job)
         if stream is None:
             headers = {"Retry-After": str(verdict.retry_after_s)} if verdict.retry_after_s else {}
-            return error_response(BadRequest(verdict.code or 503, verdict.reason or "overloaded",
-                                             "server_overloaded", headers=headers))  # fmt: skip
+            return error_response(
+                BadRequest(
+                    verdict.code or 503,
+                    verdict.reason or "overloaded",
+                    "server_overloaded",
+                    headers=headers,
+                )
+            )
         try:
             await stream.take()
         finally:
@@ -424,18 +513,31 @@ class Api:
             self.driver.streams.pop(job.id, None)
         digest = hashlib.blake2b(text.encode("utf-8", "replace"), digest_size=32).digest()
         vector = [round((b - 127.5) / 127.5, 6) for b in digest[:16]]
-        return web.json_response({
-            "object": "list", "model": self.config.spec.model,
-            "data": [{"object": "embedding", "index": 0, "embedding": vector}],
-            "usage": {"prompt_tokens": job.prompt_tokens, "total_tokens": job.prompt_tokens},
-        })  # fmt: skip
+        return web.json_response(
+            {
+                "object": "list",
+                "model": self.config.spec.model,
+                "data": [{"object": "embedding", "index": 0, "embedding": vector}],
+                "usage": {"prompt_tokens": job.prompt_tokens, "total_tokens": job.prompt_tokens},
+            }
+        )
 
     # -------------------------------------------------------------- the rest
 
     async def models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [
-            {"id": self.config.spec.model, "object": "model", "created": self.created,
-             "owned_by": "fairbench"}]})  # fmt: skip
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": self.config.spec.model,
+                        "object": "model",
+                        "created": self.created,
+                        "owned_by": "fairbench",
+                    }
+                ],
+            }
+        )
 
     async def health(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
@@ -443,8 +545,7 @@ class Api:
     async def prometheus(self, request: web.Request) -> web.Response:
         assert self.driver is not None
         self.metrics.refresh(self.driver.engine)
-        return web.Response(body=self.metrics.render(), content_type="text/plain",
-                            charset="utf-8")  # fmt: skip
+        return web.Response(body=self.metrics.render(), content_type="text/plain", charset="utf-8")
 
     async def openapi(self, request: web.Request) -> web.Response:
         return web.json_response(OPENAPI)
@@ -464,10 +565,13 @@ async def _errors(request: web.Request, handler: Callable[..., Any]) -> web.Stre
         return error_response(error)
 
 
+API = web.AppKey("api", Api)
+
+
 def build_app(config: ServerConfig) -> web.Application:
     api = Api(config)
     app = web.Application(middlewares=[_errors], client_max_size=64 * 1024 * 1024)
-    app["api"] = api
+    app[API] = api
 
     async def on_startup(app: web.Application) -> None:
         api.driver = RealtimeDriver(config, api.metrics)
@@ -489,8 +593,12 @@ def build_app(config: ServerConfig) -> web.Application:
     return app
 
 
-async def serve(config: ServerConfig, host: str | None = None, port: int | None = None,
-                ready: Callable[[str], None] | None = None) -> None:  # fmt: skip
+async def serve(
+    config: ServerConfig,
+    host: str | None = None,
+    port: int | None = None,
+    ready: Callable[[str], None] | None = None,
+) -> None:
     app = build_app(config)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()

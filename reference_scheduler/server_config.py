@@ -74,8 +74,10 @@ def parse_server_config(data: Any) -> ServerConfig:
     for i, tenant in enumerate(spec.tenants):
         for cls in tenant.classes:
             if cls not in spec.slo_classes:
-                problems.append(f"tenants[{i}].classes: unknown class {cls!r}; "
-                                f"defined: {sorted(spec.slo_classes)}")  # fmt: skip
+                problems.append(
+                    f"tenants[{i}].classes: unknown class {cls!r}; "
+                    f"defined: {sorted(spec.slo_classes)}"
+                )
     keys = [t.api_key for t in spec.tenants if t.api_key]
     if len(keys) != len(set(keys)):
         problems.append("tenants: two tenants share an api_key")

@@ -23,10 +23,13 @@ import aiohttp
 
 from fairbench.plan import PlannedRequest
 from fairbench.sse import SSEParser
-from fairbench.targets.base import ONE_TOKEN, STARTED, Done, Failed, TargetEvent, Token
+from fairbench.targets.base import ONE_TOKEN, STARTED, Done, Failed, TargetEvent
 
-_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions",
-          "embeddings": "/v1/embeddings"}  # fmt: skip
+_PATHS = {
+    "chat": "/v1/chat/completions",
+    "completions": "/v1/completions",
+    "embeddings": "/v1/embeddings",
+}
 _MAX_ERROR_BODY = 2048
 
 
@@ -132,16 +135,25 @@ class OpenAITarget:
                     yield await _whole(resp, req)
         except aiohttp.ClientConnectorError as error:
             yield Failed("connect", str(error))
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError,
-                aiohttp.ClientOSError, ConnectionResetError) as error:  # fmt: skip
+        except (
+            aiohttp.ServerDisconnectedError,
+            aiohttp.ClientPayloadError,
+            aiohttp.ClientOSError,
+            ConnectionResetError,
+        ) as error:
             yield Failed("dropped", f"{type(error).__name__}: {error}")
 
 
 def _http_failure(status: int, text: str, headers: Mapping[str, str]) -> Failed:
     detail = text.strip().replace("\n", " ")[:300]
     if status in (429, 503):
-        return Failed("overloaded" if status == 503 else "rate_limited", detail, "rejected",
-                      status, retry_after(headers))  # fmt: skip
+        return Failed(
+            "overloaded" if status == 503 else "rate_limited",
+            detail,
+            "rejected",
+            status,
+            retry_after(headers),
+        )
     kind = "http_4xx" if 400 <= status < 500 else "http_5xx"
     return Failed(kind, detail, "error", status, retry_after(headers))
 
@@ -181,8 +193,10 @@ async def _stream(resp: aiohttp.ClientResponse) -> AsyncIterator[TargetEvent]:
                 extra.update(obj["fairbench"])
     if not terminal:
         partial = " (the last event was cut off)" if parser.has_partial else ""
-        yield Failed("stream_incomplete", "the stream ended without [DONE], a finish_reason "
-                     f"or a usage report{partial}")  # fmt: skip
+        yield Failed(
+            "stream_incomplete",
+            f"the stream ended without [DONE], a finish_reason or a usage report{partial}",
+        )
         return
     yield Done(_int(usage, "completion_tokens"), _int(usage, "prompt_tokens"), extra)
 

@@ -54,11 +54,18 @@ class ReferenceServer:
             "host": "127.0.0.1",
             "port": 0,
             "scheduler": scn.scheduler,
-            "tenants": [{"id": t.id, "api_key": self.keys[t.id], "weight": t.weight,
-                         "classes": _tenant_classes(scn, t)} for t in scn.tenants],
+            "tenants": [
+                {
+                    "id": t.id,
+                    "api_key": self.keys[t.id],
+                    "weight": t.weight,
+                    "classes": _tenant_classes(scn, t),
+                }
+                for t in scn.tenants
+            ],
             "slo_classes": {name: c.priority for name, c in scn.slo_classes.items()},
             "timing_extension": True,
-        }  # fmt: skip
+        }
 
     def start(self) -> str:
         self._dir = tempfile.TemporaryDirectory(prefix="fairbench-ref-")
@@ -68,8 +75,10 @@ class ReferenceServer:
             yaml.safe_dump(self.config(), handle)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "reference_scheduler", "serve", str(path), "--port", "0"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().strip()
         if not line.startswith("listening on "):
@@ -109,18 +118,26 @@ class ReferenceServer:
 
     def info(self) -> dict[str, str]:
         sched = self.scn.scheduler
-        return {"kind": "reference", "base_url": self.url,
-                "policy": str(sched.get("policy", "dwrr")),
-                "profile": str(sched.get("profile", "h100-llama3-8b")),
-                "replicas": str(sched.get("replicas", 1))}  # fmt: skip
+        return {
+            "kind": "reference",
+            "base_url": self.url,
+            "policy": str(sched.get("policy", "dwrr")),
+            "profile": str(sched.get("profile", "h100-llama3-8b")),
+            "replicas": str(sched.get("replicas", 1)),
+        }
 
 
 class ReferenceTarget(OpenAITarget):
     def __init__(self, scn: Scenario) -> None:
         self.server = ReferenceServer(scn)
-        super().__init__("http://127.0.0.1:0", model=scn.target.model or "reference",
-                         tenant_keys=self.server.keys, ignore_eos=True, kind="reference",
-                         class_header="X-SLO-Class")  # fmt: skip
+        super().__init__(
+            "http://127.0.0.1:0",
+            model=scn.target.model or "reference",
+            tenant_keys=self.server.keys,
+            ignore_eos=True,
+            kind="reference",
+            class_header="X-SLO-Class",
+        )
 
     @property
     def metrics_url(self) -> str:

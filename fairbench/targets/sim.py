@@ -27,10 +27,19 @@ def plan_jobs(plan: Plan, scn: Scenario) -> list[Job]:
     )
     offsets, prompts, outputs = c["offset_ns"], c["prompt_tokens"], c["max_tokens"]
     return [
-        Job(i, tenants[i], classes[i], int(prompts[i]), int(outputs[i]), int(offsets[i]),
-            weight=weights[tenants[i]], priority=ranks[classes[i]], flow=workloads[i])
+        Job(
+            i,
+            tenants[i],
+            classes[i],
+            int(prompts[i]),
+            int(outputs[i]),
+            int(offsets[i]),
+            weight=weights[tenants[i]],
+            priority=ranks[classes[i]],
+            flow=workloads[i],
+        )
         for i in range(len(plan))
-    ]  # fmt: skip
+    ]
 
 
 def records_from(result: SimResult, plan: Plan) -> list[dict[str, Any]]:
@@ -39,28 +48,43 @@ def records_from(result: SimResult, plan: Plan) -> list[dict[str, Any]]:
     rows = []
     for i, job in enumerate(result.jobs):
         row: dict[str, Any] = {
-            "request_id": job.id, "tenant": job.tenant, "slo_class": job.slo_class,
-            "workload": workloads[i], "endpoint": endpoints[i],
-            "t_intended_ns": job.arrival_ns, "t_sent_ns": job.arrival_ns,
-            "prompt_tokens": job.prompt_tokens, "max_tokens": job.max_tokens,
-            "output_tokens": 0, "n_chunks": 0, "worker": 0,
-        }  # fmt: skip
+            "request_id": job.id,
+            "tenant": job.tenant,
+            "slo_class": job.slo_class,
+            "workload": workloads[i],
+            "endpoint": endpoints[i],
+            "t_intended_ns": job.arrival_ns,
+            "t_sent_ns": job.arrival_ns,
+            "prompt_tokens": job.prompt_tokens,
+            "max_tokens": job.max_tokens,
+            "output_tokens": 0,
+            "n_chunks": 0,
+            "worker": 0,
+        }
         if job.status == "finished":
             last = result.token_times(job)
             row.update(
-                status="ok", http_status=200, t_first_byte_ns=job.first_token_ns,
+                status="ok",
+                http_status=200,
+                t_first_byte_ns=job.first_token_ns,
                 t_first_token_ns=job.first_token_ns if job.max_tokens else None,
-                t_last_token_ns=int(last[-1]) if len(last) else None, t_done_ns=job.done_ns,
-                output_tokens=job.max_tokens, n_chunks=job.max_tokens,
+                t_last_token_ns=int(last[-1]) if len(last) else None,
+                t_done_ns=job.done_ns,
+                output_tokens=job.max_tokens,
+                n_chunks=job.max_tokens,
                 itl_max_ns=int(itl[i]) if itl[i] >= 0 else None,
-                queue_time_ns=job.admit_ns - job.arrival_ns, preemptions=job.preemptions,
+                queue_time_ns=job.admit_ns - job.arrival_ns,
+                preemptions=job.preemptions,
                 cached_tokens=job.cached_tokens,
-            )  # fmt: skip
+            )
         elif job.status == "rejected":
-            row.update(status="rejected" if job.reject_code in (429, 503) else "error",
-                       http_status=job.reject_code, retry_after_s=float(job.retry_after_s),
-                       error_kind=None if job.reject_code in (429, 503) else "http_4xx",
-                       error_detail="rejected by the scheduler")  # fmt: skip
+            row.update(
+                status="rejected" if job.reject_code in (429, 503) else "error",
+                http_status=job.reject_code,
+                retry_after_s=float(job.retry_after_s),
+                error_kind=None if job.reject_code in (429, 503) else "http_4xx",
+                error_detail="rejected by the scheduler",
+            )
         else:
             row.update(status="cancelled", error_detail=f"left {job.status} by the simulation")
         rows.append(row)
@@ -70,6 +94,11 @@ def records_from(result: SimResult, plan: Plan) -> list[dict[str, Any]]:
 def run_sim(plan: Plan, scn: Scenario) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     config = parse_scheduler_config(scn.scheduler)
     result = simulate(plan_jobs(plan, scn), config)
-    info = {"kind": "sim", "policy": str(config.spec.policy), "profile": config.profile.name,
-            "replicas": str(config.replicas), "steps": str(result.steps)}  # fmt: skip
+    info = {
+        "kind": "sim",
+        "policy": str(config.spec.policy),
+        "profile": config.profile.name,
+        "replicas": str(config.replicas),
+        "steps": str(result.steps),
+    }
     return records_from(result, plan), info

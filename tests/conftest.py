@@ -1,0 +1,44 @@
+"""Shared helpers: small plans built in code, and scripted targets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fairbench.materialize import materialize
+from fairbench.plan import Plan
+from fairbench.scenario import Scenario, parse_scenario
+
+
+def make_scenario(
+    rate: float = 50.0,
+    duration: str = "2s",
+    process: str = "constant",
+    output: int = 5,
+    endpoint: str = "chat",
+    **run: Any,
+) -> Scenario:
+    return parse_scenario(
+        {
+            "name": "t",
+            "workloads": {
+                "w": {
+                    "endpoint": endpoint,
+                    "prompt_tokens": 10,
+                    **({"output_tokens": output} if endpoint != "embeddings" else {}),
+                }
+            },
+            "tenants": [{"id": "a", "mix": "w", "arrival": {"process": process, "rate": rate}}],
+            "run": {"duration": duration, **run},
+        }
+    )
+
+
+def make_plan(**kwargs: Any) -> Plan:
+    return materialize(make_scenario(**kwargs))
+
+
+@pytest.fixture
+def plan_factory():  # type: ignore[no-untyped-def]
+    return make_plan
