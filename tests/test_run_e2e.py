@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -103,10 +104,8 @@ def _journal_rows(run_dir: Path) -> list[dict]:
     rows = []
     for journal in run_dir.glob("journal*.jsonl"):
         for line in journal.read_text().splitlines():
-            try:
+            with contextlib.suppress(ValueError):  # a line being written right now
                 rows.append(json.loads(line))
-            except ValueError:
-                pass
     return rows
 
 

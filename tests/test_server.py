@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import threading
@@ -49,10 +50,8 @@ def server() -> Iterator[str]:
     def run() -> None:
         asyncio.set_event_loop(loop)
         task = loop.create_task(serve(config, "127.0.0.1", port, lambda _: ready.set()))
-        try:
+        with contextlib.suppress(asyncio.CancelledError):
             loop.run_until_complete(task)
-        except asyncio.CancelledError:
-            pass
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
@@ -161,9 +160,11 @@ def test_bad_requests_get_openai_errors_and_the_server_stays_up(
 ) -> None:
     async def go() -> tuple[int, dict[str, Any]]:
         h = {"Authorization": "Bearer sk-alice", "Content-Type": "application/json", **headers}
-        async with aiohttp.ClientSession() as s:
-            async with s.post(server + "/v1/completions", data=body, headers=h) as r:
-                return r.status, await r.json()
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(server + "/v1/completions", data=body, headers=h) as r,
+        ):
+            return r.status, await r.json()
 
     got, payload = asyncio.run(go())
     assert got == status
@@ -218,11 +219,13 @@ def test_timing_extension_in_the_final_chunk(server: str) -> None:
             "stream_options": {"include_usage": True},
         }
         events = []
-        async with aiohttp.ClientSession() as s:
-            async with s.post(
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(
                 server + "/v1/completions", json=body, headers={"Authorization": "Bearer sk-alice"}
-            ) as r:
-                raw = await r.text()
+            ) as r,
+        ):
+            raw = await r.text()
         for block in raw.split("\n\n"):
             if block.startswith("data: ") and block != "data: [DONE]":
                 events.append(json.loads(block[6:]))
