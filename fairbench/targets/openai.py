@@ -114,6 +114,7 @@ class OpenAITarget:
             headers["Authorization"] = f"Bearer {key}"
         if self.class_header:
             headers[self.class_header] = req.slo_class
+        headers["X-Request-Id"] = f"fb-{req.request_id}"  # lets server logs join our records
         return headers
 
     async def send(self, req: PlannedRequest) -> AsyncIterator[TargetEvent]:
