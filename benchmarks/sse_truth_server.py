@@ -6,6 +6,11 @@ logs, per request, when it read the request and when it wrote the first token (p
 CLOCK_MONOTONIC, the same clock the generator uses). Usage: run as a process; it prints its port
 on the first line and writes the truth log (CSV) on SIGTERM.
 
+It busy-polls (one core, pin it): an idle process sleeping in epoll takes up to a millisecond to
+wake on this kind of VM, and event-loop timers are millisecond-grained, so a sleeping server would
+charge its own wake-up to the client and write tokens late. Here due tokens come off a heap
+checked on every spin, and reads are picked up within microseconds.
+
     python benchmarks/sse_truth_server.py --log truth.csv [--ttft 0.02 --itl 0.005 --tokens 32]
 """
 
@@ -13,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
+import heapq
 import signal
 import time
 
@@ -48,6 +55,7 @@ class Server:
         tail = f"data: {usage}\n\n".encode() + b"data: [DONE]\n\n"
         self.tail = f"{len(tail):x}\r\n".encode() + tail + b"\r\n0\r\n\r\n"
         self.log: list[tuple[str, int, int, int]] = []  # id, read, first written, max lateness
+        self.heap: list[tuple[int, int, _Stream]] = []
 
 
 class Conn(asyncio.Protocol):
@@ -79,32 +87,49 @@ class Conn(asyncio.Protocol):
             self.respond(rid, now_ns())
 
     def respond(self, rid: str, t_read: int) -> None:
-        server, transport = self.server, self.transport
-        assert transport is not None
-        loop = asyncio.get_running_loop()
-        transport.write(server.head)
-        state = {"k": 0, "first": 0, "late": 0}
-        base_loop = loop.time()
-        base = t_read
+        assert self.transport is not None
+        self.transport.write(self.server.head)
+        _Stream(self.server, self.transport, rid, t_read).schedule(0)
 
-        def send() -> None:
-            k = state["k"]
-            due = base + server.ttft_ns + k * server.itl_ns
-            t = now_ns()
-            state["late"] = max(state["late"], t - due)
-            if k == 0:
-                state["first"] = t
-            last = k == server.tokens - 1
-            transport.write(server.last if last else server.token)
-            state["k"] = k + 1
-            if last:
-                transport.write(server.tail)
-                server.log.append((rid, t_read, state["first"], state["late"]))
-            else:
-                due_next = base + server.ttft_ns + (k + 1) * server.itl_ns
-                loop.call_at(base_loop + (due_next - t_read) / 1e9, send)
 
-        loop.call_at(base_loop + server.ttft_ns / 1e9, send)
+class _Stream:
+    """One response's token schedule."""
+
+    __slots__ = ("first", "k", "late", "rid", "server", "t_read", "transport")
+
+    def __init__(self, server: Server, transport: asyncio.Transport, rid: str, t_read: int) -> None:
+        self.server, self.transport, self.rid, self.t_read = server, transport, rid, t_read
+        self.k = self.first = self.late = 0
+
+    def due(self, k: int) -> int:
+        return self.t_read + self.server.ttft_ns + k * self.server.itl_ns
+
+    def schedule(self, k: int) -> None:
+        heapq.heappush(self.server.heap, (self.due(k), id(self), self))
+
+    def send(self, t: int) -> None:
+        server, k = self.server, self.k
+        self.late = max(self.late, t - self.due(k))
+        if k == 0:
+            self.first = t
+        last = k == server.tokens - 1
+        self.transport.write(server.last if last else server.token)
+        self.k = k + 1
+        if last:
+            self.transport.write(server.tail)
+            server.log.append((self.rid, self.t_read, self.first, self.late))
+        else:
+            self.schedule(k + 1)
+
+
+async def pump(server: Server, stop: asyncio.Event) -> None:
+    """Busy-poll: send due tokens, then yield once to let the loop read sockets."""
+    heap = server.heap
+    while not stop.is_set():
+        t = now_ns()
+        while heap and heap[0][0] <= t:
+            heapq.heappop(heap)[2].send(t)
+        await asyncio.sleep(0)
 
 
 async def main() -> None:
@@ -115,12 +140,15 @@ async def main() -> None:
     parser.add_argument("--tokens", type=int, default=32)
     args = parser.parse_args()
     server = Server(args.ttft, args.itl, args.tokens)
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(100_000, 100, 1000)  # this server makes no cycles; keep collections rare
     loop = asyncio.get_running_loop()
     srv = await loop.create_server(lambda: Conn(server), "127.0.0.1", 0, backlog=4096)
     print(srv.sockets[0].getsockname()[1], flush=True)
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
-    await stop.wait()
+    await pump(server, stop)
     with open(args.log, "w", encoding="utf-8") as handle:
         handle.write("request_id,t_read_ns,t_first_written_ns,max_lateness_ns\n")
         for row in server.log:

@@ -135,9 +135,14 @@ def write_json(path: Path, data: Any) -> None:
 # ---------------------------------------------------------------- targets
 
 
-def make_target(scn: Scenario, base_url: str | None = None) -> Target:
+def make_target(
+    scn: Scenario, base_url: str | None = None, tenant_keys: dict[str, str] | None = None
+) -> Target:
+    """The scenario's target. With `base_url` for a reference target, the server was started by
+    the parent process and `tenant_keys` are the keys it issued."""
     spec = scn.target
     keys = {t.id: t.api_key for t in scn.tenants if t.api_key}
+    keys.update(tenant_keys or {})
     if spec.kind == "reference" and base_url is None:
         from fairbench.targets.reference import ReferenceTarget
 
@@ -147,9 +152,10 @@ def make_target(scn: Scenario, base_url: str | None = None) -> Target:
     url = base_url or spec.base_url
     if not url:
         raise ValueError(f"target.base_url: a {spec.kind} target needs the server's URL")
+    reference = spec.kind == "reference"
     return OpenAITarget(
         url,
-        spec.model or "default",
+        spec.model or ("reference" if reference else "default"),
         spec.api_key,
         keys,
         spec.headers,
@@ -157,6 +163,7 @@ def make_target(scn: Scenario, base_url: str | None = None) -> Target:
         spec.class_extra_body,
         spec.ignore_eos,
         spec.kind,
+        class_header="X-SLO-Class" if reference else None,
     )
 
 
@@ -185,8 +192,9 @@ async def _live(
     base_url: str | None,
     progress: Progress | None,
     run_dir: Path | None,
+    tenant_keys: dict[str, str] | None = None,
 ) -> tuple[ExecResult, dict[str, Any]]:
-    target = make_target(scn, base_url)
+    target = make_target(scn, base_url, tenant_keys)
     await target.open()
     writer = JournalWriter(journal)
     executor = Executor(plan, target, writer, exec_options, indices, worker)
@@ -206,6 +214,9 @@ async def _live(
     ticker = None
     url = metrics_url(target, scn) if run_dir is not None else None
     try:
+        warm = getattr(target, "warm", None)
+        if warm is not None:  # connections open before t0, not on the first requests' clock
+            await warm(executor.warm_connections())
         t0 = t0_ns if t0_ns is not None else time.perf_counter_ns() + int(exec_options.lead_s * 1e9)
         if url:
             scraper = Scraper(url)
@@ -255,24 +266,29 @@ def _worker_main(args: dict[str, Any], shared: Any) -> None:
     def progress(c: LiveCounters) -> None:
         shared[4 * k : 4 * k + 4] = [c.sent, c.done, c.errors, c.last_lag_ns]
 
+    exec_options = ExecOptions(**args["exec"])
+    if n > len(os.sched_getaffinity(0)):
+        exec_options.spin_s = 0.0  # spinners sharing a core only slow each other down
     result, _ = _uvloop_run(
         _live(
             plan,
             scn,
             Path(args["journal"]),
-            ExecOptions(**args["exec"]),
+            exec_options,
             indices,
             k,
             args["t0"],
             args["base_url"],
             progress,
             None,
+            args["tenant_keys"],
         )
     )
     np.save(args["lags"], result.loop_lag_ns)
 
 
 def _run_sharded(
+    tenant_keys: dict[str, str] | None,
     plan_path: Path,
     plan: Plan,
     scn: Scenario,
@@ -281,7 +297,7 @@ def _run_sharded(
     exec_options: ExecOptions,
     base_url: str | None,
     progress: Progress | None,
-) -> tuple[bool, np.ndarray]:
+) -> tuple[bool, np.ndarray, int]:
     ctx = mp.get_context("spawn")
     shared = ctx.Array("q", 4 * n, lock=False)
     t0 = time.perf_counter_ns() + int(max(exec_options.lead_s, 2.0) * 1e9)  # workers start first
@@ -296,6 +312,7 @@ def _run_sharded(
             "exec": exec_options.__dict__,
             "t0": t0,
             "base_url": base_url,
+            "tenant_keys": tenant_keys,
             "lags": str(run_dir / f".loop-lag-{k}.npy"),
         }
         proc = ctx.Process(target=_worker_main, args=(args, shared), daemon=True)
@@ -329,7 +346,7 @@ def _run_sharded(
     ]
     for k in range(n):
         (run_dir / f".loop-lag-{k}.npy").unlink(missing_ok=True)
-    return stopped, np.concatenate(lags) if lags else np.empty(0, dtype=np.int64)
+    return stopped, np.concatenate(lags) if lags else np.empty(0, dtype=np.int64), t0
 
 
 # ---------------------------------------------------------------- the run
@@ -388,6 +405,10 @@ def execute_run(
                 )
             )
             stopped, loop_lags = result.stopped, result.loop_lag_ns
+            header["clock"] = {
+                "source": "time.perf_counter_ns (CLOCK_MONOTONIC)",
+                "t0_ns": result.t0_ns,
+            }
         else:
             info, base_url = {"kind": scn.target.kind}, options.base_url
             server = None
@@ -398,9 +419,18 @@ def execute_run(
                 base_url = server.start()
                 info = server.info()
             try:
-                stopped, loop_lags = _run_sharded(
-                    plan_path, plan, scn, run_dir, workers, exec_options, base_url, progress
+                stopped, loop_lags, t0 = _run_sharded(
+                    server.keys if server is not None else None,
+                    plan_path,
+                    plan,
+                    scn,
+                    run_dir,
+                    workers,
+                    exec_options,
+                    base_url,
+                    progress,
                 )
+                header["clock"] = {"source": "time.perf_counter_ns (CLOCK_MONOTONIC)", "t0_ns": t0}
             finally:
                 if server is not None:
                     server.stop(run_dir / "server_metrics.prom")

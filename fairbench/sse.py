@@ -20,6 +20,15 @@ class SSEParser:
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """The data payloads of the events completed by `chunk`."""
+        if (
+            not self._buffer
+            and not self._data
+            and chunk.startswith(b"data: ")
+            and chunk.endswith(b"\n\n")
+            and chunk.count(b"\n") == 2
+            and b"\r" not in chunk
+        ):
+            return [chunk[6:-2]]  # the usual case: one whole event per read, nothing pending
         if self._pending_cr and chunk.startswith(b"\n"):
             chunk = chunk[1:]  # the \n of a \r\n split across reads
         self._pending_cr = chunk.endswith(b"\r")

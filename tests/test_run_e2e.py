@@ -91,6 +91,26 @@ def test_run_writes_a_complete_run_directory(tmp_path: Path, kind: str) -> None:
             assert b"sk-secret-alpha" not in path.read_bytes(), path.name
 
 
+def test_two_worker_processes_share_t0_and_merge_by_request_id(tmp_path: Path) -> None:
+    out = tmp_path / "sharded"
+    path = scenario_file(tmp_path, "reference", duration="3s", rate="40/s")
+    result = fairbench("run", str(path), "--out", str(out), "--quiet", "--workers", "2")
+    assert result.returncode == 0, result.stderr + result.stdout
+    assert sorted(p.name for p in out.glob("journal-*.jsonl")) == [
+        "journal-0.jsonl",
+        "journal-1.jsonl",
+    ]
+    records = pd.read_parquet(out / "records.parquet")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["accounting"]["holds"] and set(records["worker"]) == {0, 1}
+    assert records["request_id"].is_unique and (records["status"] == "ok").all()
+    # both shards aimed at the same clock: intended times are the plan's offsets
+    from fairbench.plan import load_plan
+
+    offsets = load_plan(out / "plan.parquet").columns["offset_ns"]
+    assert (records.sort_values("request_id")["t_intended_ns"].to_numpy() == offsets).all()
+
+
 def test_same_seed_same_plan_digest_and_sim_results(tmp_path: Path) -> None:
     path = scenario_file(tmp_path, "sim")
     runs = [tmp_path / "a", tmp_path / "b"]

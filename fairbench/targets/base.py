@@ -1,8 +1,16 @@
 """The Target protocol: turn one planned request into a stream of events.
 
-The executor stamps the time of each event; a target never reads a clock for latency. A target
-ends every `send` with exactly one terminal event — `Done` or `Failed` — or the executor records
-the request as an error ("stream_incomplete"). Exceptions a target lets escape are recorded as
+Two flavours, one contract:
+
+- **event targets** (`send`, e.g. mock): an async stream of events; the executor stamps the time
+  of each event as it consumes it.
+- **transport targets** (`prepare` + `start` + `abort`, e.g. openai, reference): the request is
+  built before its deadline and written at it, and the transport stamps each time on the same
+  clock (`time.perf_counter_ns`) the moment bytes arrive — the executor's stamps would include
+  event-loop queueing. `start` returns (future of an Outcome, the Outcome being filled).
+
+Either way a request ends with exactly one terminal — `Done` or `Failed` — or the executor records
+it as an error ("stream_incomplete"). Exceptions a target lets escape are recorded as
 `error/client` with their text, never lost.
 
     Started   the response began (status line and headers in)
@@ -53,6 +61,15 @@ ONE_TOKEN = Token(1)
 
 class Target(Protocol):
     async def open(self) -> None: ...
-    def send(self, req: PlannedRequest) -> AsyncIterator[TargetEvent]: ...
     async def close(self) -> None: ...
     def info(self) -> Mapping[str, str]: ...
+
+
+class EventTarget(Target, Protocol):
+    def send(self, req: PlannedRequest) -> AsyncIterator[TargetEvent]: ...
+
+
+class TransportTarget(Target, Protocol):
+    def prepare(self, req: PlannedRequest) -> Any: ...
+    def start(self, prepared: Any) -> tuple[Any, Any]: ...
+    def abort(self, waiter: Any) -> None: ...
