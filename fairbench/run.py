@@ -27,7 +27,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -188,7 +188,7 @@ async def _live(
     exec_options: ExecOptions,
     indices: np.ndarray | None,
     worker: int,
-    t0_ns: int | None,
+    t0_source: Callable[[], Awaitable[int]] | None,
     base_url: str | None,
     progress: Progress | None,
     run_dir: Path | None,
@@ -217,7 +217,10 @@ async def _live(
         warm = getattr(target, "warm", None)
         if warm is not None:  # connections open before t0, not on the first requests' clock
             await warm(executor.warm_connections())
-        t0 = t0_ns if t0_ns is not None else time.perf_counter_ns() + int(exec_options.lead_s * 1e9)
+        if t0_source is not None:  # a shard: the parent sets t0 once every shard is ready
+            t0 = await t0_source()
+        else:
+            t0 = time.perf_counter_ns() + int(exec_options.lead_s * 1e9)
         if url:
             scraper = Scraper(url)
             scraper.start(t0)
@@ -266,6 +269,12 @@ def _worker_main(args: dict[str, Any], shared: Any) -> None:
     def progress(c: LiveCounters) -> None:
         shared[4 * k : 4 * k + 4] = [c.sent, c.done, c.errors, c.last_lag_ns]
 
+    async def t0_source() -> int:
+        shared[4 * n + k] = 1  # this shard is loaded, connected and warm
+        while not shared[5 * n]:
+            await asyncio.sleep(0.005)
+        return int(shared[5 * n])
+
     exec_options = ExecOptions(**args["exec"])
     if n > len(os.sched_getaffinity(0)):
         exec_options.spin_s = 0.0  # spinners sharing a core only slow each other down
@@ -277,7 +286,7 @@ def _worker_main(args: dict[str, Any], shared: Any) -> None:
             exec_options,
             indices,
             k,
-            args["t0"],
+            t0_source,
             args["base_url"],
             progress,
             None,
@@ -299,8 +308,9 @@ def _run_sharded(
     progress: Progress | None,
 ) -> tuple[bool, np.ndarray, int]:
     ctx = mp.get_context("spawn")
-    shared = ctx.Array("q", 4 * n, lock=False)
-    t0 = time.perf_counter_ns() + int(max(exec_options.lead_s, 2.0) * 1e9)  # workers start first
+    # Per shard: sent, done, errors, last lag (4n); then a ready flag per shard (n); then t0.
+    shared = ctx.Array("q", 5 * n + 1, lock=False)
+    t0 = 0
     procs = []
     for k in range(n):
         args = {
@@ -310,7 +320,6 @@ def _run_sharded(
             "workers": n,
             "journal": str(run_dir / f"journal-{k}.jsonl"),
             "exec": exec_options.__dict__,
-            "t0": t0,
             "base_url": base_url,
             "tenant_keys": tenant_keys,
             "lags": str(run_dir / f".loop-lag-{k}.npy"),
@@ -322,6 +331,12 @@ def _run_sharded(
     counters = LiveCounters(planned=len(plan))
     try:
         while any(p.is_alive() for p in procs):
+            ready = all(shared[4 * n + k] for k in range(n))
+            if not t0 and (ready or not all(p.is_alive() for p in procs)):
+                # Every shard has loaded its plan and warmed its connections (or one died, and
+                # the rest must not wait forever: its requests will show up as missing).
+                t0 = time.perf_counter_ns() + int(exec_options.lead_s * 1e9)
+                shared[5 * n] = t0
             try:
                 time.sleep(0.2)
             except KeyboardInterrupt:
@@ -329,7 +344,7 @@ def _run_sharded(
                 for p in procs:
                     if p.is_alive() and p.pid:
                         os.kill(p.pid, signal.SIGTERM)
-            values = list(shared)
+            values = list(shared[: 4 * n])
             counters.sent = sum(values[0::4])
             counters.done = sum(values[1::4])
             counters.errors = sum(values[2::4])
