@@ -26,7 +26,7 @@ def _ms(value: float | None) -> str:
 
 def results_table(summary: dict[str, Any]) -> Table:
     """One row per group; latency in ms from the intended send time, p50/p99."""
-    table = Table(title="latency ms (from intended send) p50/p99", title_justify="left")
+    table = Table(title="latency ms (from intended send) p50/p90/p99", title_justify="left")
     for col in ("group", "ok/err/t-o/rej/cx", "TTFT", "TPOT", "ITL max", "E2E", "req/s", "SLO"):
         table.add_column(col, justify="left" if col == "group" else "right", no_wrap=True)
     rows = [("overall", summary["overall"])]
@@ -40,7 +40,7 @@ def results_table(summary: dict[str, Any]) -> Table:
             name,
             f"{c['ok']}/{c['error']}/{c['timeout']}/{c['rejected']}/{c['cancelled']}",
             *(
-                f"{_ms(lat[k].get('p50'))}/{_ms(lat[k].get('p99'))}"
+                "/".join(_ms(lat[k].get(p)) for p in ("p50", "p90", "p99"))
                 for k in ("ttft", "tpot", "itl_max", "e2e")
             ),
             f"{block['throughput']['requests_per_s'] or 0:.1f}",
@@ -58,6 +58,12 @@ def verdict_lines(summary: dict[str, Any]) -> list[str]:
         lines += [f"  [red]- {reason}[/]" for reason in summary["invalid_reasons"]]
     health = summary["generator_health"]
     lag = health["send_lag_ms"]
+    if summary.get("closed_loop"):
+        cap = health["closed_loop"]["concurrency_cap"]
+        lines.append(
+            f"[bold yellow]CLOSED LOOP[/]: at most {cap} requests in flight; send lag is "
+            "the wait for a slot, and arrivals were not open-loop"
+        )
     if health.get("virtual_time"):
         lines.append("generator: virtual time (simulated; no send lag)")
     else:

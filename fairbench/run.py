@@ -164,6 +164,8 @@ def make_target(
         spec.ignore_eos,
         spec.kind,
         class_header="X-SLO-Class" if reference else None,
+        tenant_headers={t.id: t.headers for t in scn.tenants if t.headers},
+        tenant_extra_body={t.id: t.extra_body for t in scn.tenants if t.extra_body},
     )
 
 
@@ -391,7 +393,9 @@ def execute_run(
         "target": {"kind": scn.target.kind},
     }
     write_json(run_dir / "run.json", header)
-    exec_options = ExecOptions(timeout_s=scn.run.timeout, grace_s=scn.run.grace)
+    exec_options = ExecOptions(
+        timeout_s=scn.run.timeout, grace_s=scn.run.grace, concurrency_cap=scn.run.concurrency_cap
+    )
     stopped = False
     loop_lags: np.ndarray | None = None
     workers = 1
@@ -487,7 +491,16 @@ def _finish(
         "holds": accounting.holds,
         "line": accounting.line(),
     }
-    summary = build_summary(frame, scn, plan.digest, plan.seed, plan.duration_ns / 1e9, health, acc)
+    summary = build_summary(
+        frame,
+        scn,
+        plan.digest,
+        plan.seed,
+        plan.duration_ns / 1e9,
+        health,
+        acc,
+        closed_loop=scn.run.concurrency_cap is not None,
+    )
     summary["incomplete"] = not complete
     write_json(run_dir / "summary.json", summary)
     header.update(

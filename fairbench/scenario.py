@@ -293,6 +293,8 @@ class Tenant(_Model):
     weight: Finite = Field(1.0, gt=0)
     slo_class: str = "interactive"
     api_key: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict, description="extra HTTP headers")
+    extra_body: dict[str, Any] = Field(default_factory=dict, description="extra body fields")
     mix: dict[str, Annotated[Finite, Field(ge=0)]] | str
     arrival: Arrival
     phases: list[Phase] = Field(default_factory=list)
@@ -306,6 +308,12 @@ class RunSpec(_Model):
     seed: int = Field(0, ge=0, le=2**63 - 1)
     timeout: PositiveSeconds = Field(600.0, description="per request, from its intended time")
     grace: NonNegSeconds = Field(30.0, description="after the last send, before cancelling")
+    concurrency_cap: int | None = Field(
+        None,
+        ge=1,
+        description="closed-loop experiments only: at most this many in flight; the "
+        "run is then reported as closed-loop and the waiting is recorded",
+    )
 
 
 class TargetSpec(_Model):

@@ -214,3 +214,20 @@ def test_ctrl_c_gives_a_clean_partial_run(tmp_path: Path) -> None:
     assert not summary["valid"]
     assert any("stopped" in r for r in summary["invalid_reasons"])
     assert "INVALID" in stdout
+
+
+def test_closed_loop_runs_say_so(tmp_path: Path) -> None:
+    data = yaml.safe_load(scenario_file(tmp_path, "reference", duration="2s").read_text())
+    data["run"]["concurrency_cap"] = 1
+    data["tenants"][0]["headers"] = {"X-Team": "alpha"}
+    path = tmp_path / "closed.yaml"
+    path.write_text(yaml.safe_dump(data))
+    out = tmp_path / "closed"
+    result = fairbench("run", str(path), "--out", str(out), "--quiet")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["closed_loop"] is True
+    assert summary["generator_health"]["closed_loop"]["concurrency_cap"] == 1
+    assert "CLOSED LOOP" in result.stdout
+    records = pd.read_parquet(out / "records.parquet")
+    lag = records["t_sent_ns"] - records["t_intended_ns"]
+    assert lag.max() > 50_000_000  # one slot: later arrivals waited for it

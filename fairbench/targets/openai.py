@@ -11,7 +11,8 @@ for is `no_token` (both are errors, not successes — see STYLE.md's pitfalls).
 
 Tenancy reaches the server as `Authorization: Bearer <tenant api_key>` (the target's own key
 for tenants without one), plus the target's headers and extra body fields (`class_extra_body`
-per SLO class, e.g. `{interactive: {priority: 0}}` for vLLM's priority field). `ignore_eos` is
+per SLO class, e.g. `{interactive: {priority: 0}}` for vLLM's priority field; a tenant's own
+`headers` and `extra_body`). `ignore_eos` is
 sent by default so output lengths follow the plan. One keep-alive pool and no connection cap (a
 cap would close the open loop).
 """
@@ -46,6 +47,8 @@ class OpenAITarget:
         ignore_eos: bool = True,
         kind: str = "openai",
         class_header: str | None = None,
+        tenant_headers: Mapping[str, Mapping[str, str]] | None = None,
+        tenant_extra_body: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         if self.base_url.endswith("/v1"):
@@ -60,6 +63,8 @@ class OpenAITarget:
         self.ignore_eos = ignore_eos
         self.kind = kind
         self.class_header = class_header  # e.g. X-SLO-Class for the reference server
+        self.tenant_headers = {k: dict(v) for k, v in (tenant_headers or {}).items()}
+        self.tenant_extra_body = {k: dict(v) for k, v in (tenant_extra_body or {}).items()}
         self.pool: Pool | None = None
 
     async def open(self) -> None:
@@ -89,11 +94,13 @@ class OpenAITarget:
             if self.ignore_eos:
                 body["ignore_eos"] = True
         body.update(self.extra_body)
+        body.update(self.tenant_extra_body.get(req.tenant, {}))
         body.update(self.class_extra_body.get(req.slo_class, {}))
         return body
 
     def request_headers(self, req: PlannedRequest) -> dict[str, str]:
         headers = dict(self.headers)
+        headers.update(self.tenant_headers.get(req.tenant, {}))
         key = self.tenant_keys.get(req.tenant, self.api_key)
         if key:
             headers["Authorization"] = f"Bearer {key}"
