@@ -99,7 +99,8 @@ class Executor:
 
     # ------------------------------------------------------------------ one request
 
-    async def _one(self, req: PlannedRequest, t_intended: int, t0: int) -> None:
+    def _begin(self, req: PlannedRequest, t_intended: int, t0: int, sent: int) -> Record:
+        """The record of a request just sent, and the generator's lateness for it."""
         rec = Record(
             req.request_id,
             req.tenant,
@@ -111,13 +112,16 @@ class Executor:
             req.max_tokens,
             worker=self.worker,
         )
-        counters = self.counters
-        sent = now_ns()
         rec.t_sent_ns = sent - t0
         lag = sent - t_intended
         self._lags.append(lag)
-        counters.last_lag_ns = lag
-        counters.sent += 1
+        self.counters.last_lag_ns = lag
+        self.counters.sent += 1
+        return rec
+
+    async def _one(self, req: PlannedRequest, t_intended: int, t0: int) -> None:
+        sent = now_ns()
+        rec = self._begin(req, t_intended, t0, sent)
         first = last = None
         itl_max = 0
         tokens = 0
@@ -204,21 +208,7 @@ class Executor:
         self, req: PlannedRequest, waiter: Any, outcome: Any, t_intended: int, t0: int
     ) -> None:
         """A request already on the wire (the target stamped t_sent); wait for its outcome."""
-        rec = Record(
-            req.request_id,
-            req.tenant,
-            req.slo_class,
-            req.workload,
-            req.endpoint,
-            t_intended - t0,
-            req.prompt_tokens,
-            req.max_tokens,
-            worker=self.worker,
-        )
-        lag = outcome.t_sent - t_intended
-        self._lags.append(lag)
-        self.counters.last_lag_ns = lag
-        self.counters.sent += 1
+        rec = self._begin(req, t_intended, t0, outcome.t_sent)
         remaining = (t_intended - outcome.t_sent) / 1e9 + self.options.timeout_s
         try:
             async with asyncio.timeout(max(remaining, 0.0)):
@@ -249,7 +239,6 @@ class Executor:
                 )
         finally:
             rel = lambda t: t - t0 if t else None  # noqa: E731
-            rec.t_sent_ns = outcome.t_sent - t0
             rec.t_first_byte_ns = rel(outcome.t_first_byte)
             rec.t_first_token_ns = rel(outcome.t_first_token)
             rec.t_last_token_ns = rel(outcome.t_last_token)
