@@ -11,6 +11,9 @@
       block_size: 16
       step_noise_cv: 0.0           # seeded lognormal noise on step times
       seed: 0
+      admission: {max_queue: 5000, max_queue_per_tenant: 500, shed_best_effort_depth: 2000,
+                  degrade_depth: 1000, degrade_max_tokens: 256}       # see admission.py
+      prefix_cache: {blocks: 2048, protected_classes: [interactive]}  # see prefix_cache.py
 
 Validated up front; a problem is reported as `scheduler.<field>: ...` on one line.
 """
@@ -23,9 +26,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from reference_scheduler.admission import AdmissionSpec
 from reference_scheduler.costmodel import Profile, ProfileError, load_profile
 from reference_scheduler.policies import PolicySpecError, policy_factory
 from reference_scheduler.policy import Policy
+from reference_scheduler.prefix_cache import PrefixCacheSpec
 from reference_scheduler.validation import lines_from
 
 
@@ -50,6 +55,8 @@ class SchedulerSpec(BaseModel):
     max_model_len: int | None = Field(None, ge=1)
     step_noise_cv: float = Field(0.0, ge=0, le=10, allow_inf_nan=False)
     seed: int = Field(0, ge=0, le=2**63 - 1)
+    admission: AdmissionSpec | None = None
+    prefix_cache: PrefixCacheSpec | None = None
 
 
 @dataclass(frozen=True)

@@ -31,9 +31,11 @@ import math
 
 import numpy as np
 
+from reference_scheduler.admission import Admission
 from reference_scheduler.config import SchedulerConfig
 from reference_scheduler.job import Job
 from reference_scheduler.policy import Policy, Verdict
+from reference_scheduler.prefix_cache import PrefixCache
 
 
 class StepResult:
@@ -115,6 +117,9 @@ class Engine:
         cv = config.spec.step_noise_cv
         self._noise_sigma = math.sqrt(math.log1p(cv * cv)) if cv > 0 else 0.0
         self._noise_rng = np.random.default_rng(config.spec.seed)
+        spec = config.spec
+        self.admission = Admission(spec.admission) if spec.admission else None
+        self.cache = PrefixCache(spec.prefix_cache, self.block_size) if spec.prefix_cache else None
 
     # ------------------------------------------------------------------ requests
 
@@ -129,17 +134,28 @@ class Engine:
             job.status = "rejected"
             job.reject_code = 400
             return Verdict(False, 400, 0, "context_length_exceeded")
+        if self.admission is not None:
+            refusal = self.admission.check(job, now_ns)
+            if refusal is not None:  # never enters the scheduler
+                job.status = "rejected"
+                job.reject_code = refusal.code
+                job.retry_after_s = refusal.retry_after_s
+                return refusal
         verdict = self.policy.enqueue(job, now_ns)
         if not verdict.accepted:
             job.status = "rejected"
             job.reject_code = verdict.code
             job.retry_after_s = verdict.retry_after_s
+        elif self.admission is not None:
+            self.admission.entered(job)
         return verdict
 
     def cancel(self, job: Job, now_ns: int) -> bool:
         """Stop a job wherever it is (client went away). True if it was still live."""
         if job.status == "waiting":
             self.policy.remove(job)
+            if self.admission is not None:
+                self.admission.left_queue(job)
         elif job.status == "running":
             rep = self.replicas[job.replica]
             if job in rep.prefilling:
@@ -192,6 +208,10 @@ class Engine:
             job.status = "running"
             job.replica = rep.index
             job.admit_ns = now_ns
+            if self.admission is not None:
+                self.admission.left_queue(job)
+            if self.cache is not None and job.block_hashes:
+                job.cached_tokens = self.cache.match(job.block_hashes, job.prompt_tokens)
             job.prefill_left = job.prompt_tokens - job.cached_tokens
             rep.pending += job.prefill_left
             rep.prefilling.append(job)
@@ -206,6 +226,8 @@ class Engine:
             del rep.tenant_decode[job.tenant]
 
     def _finish(self, rep: Replica, job: Job, end: int) -> None:
+        if self.admission is not None:
+            self.admission.finished(end)
         job.status = "finished"
         job.done_ns = end
         rep.slots -= 1
@@ -284,8 +306,13 @@ class Engine:
         if done:
             first = prefilling[:done]
             del prefilling[:done]
+            cache = self.cache
             for job in first:
                 job.first_token_ns = end
+                if cache is not None and job.block_hashes:  # its prompt's blocks now exist
+                    cache.insert(
+                        job.block_hashes[: job.prompt_tokens // self.block_size], job.slo_class
+                    )
                 res.first_tokens.append(job)
                 if job.max_tokens <= 1:
                     self._finish(rep, job, end)

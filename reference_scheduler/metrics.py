@@ -18,6 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 from reference_scheduler.job import Job
 
@@ -25,9 +27,47 @@ _LATENCY = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 _LAG = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05, 0.1)
 
 
+class _EngineCounters(Collector):
+    """Counters the engine keeps itself (prefix cache, admission), read at scrape time."""
+
+    def __init__(self) -> None:
+        self.engine: Any = None
+
+    def collect(self) -> Any:
+        engine = self.engine
+        if engine is None:
+            return
+        cache = engine.cache
+        queries = CounterMetricFamily(
+            "scheduler_prefix_cache_queries_tokens", "Prompt tokens looked up in the prefix cache"
+        )
+        hits = CounterMetricFamily(
+            "scheduler_prefix_cache_hits_tokens", "Prompt tokens served from the prefix cache"
+        )
+        queries.add_metric([], cache.query_tokens if cache else 0)
+        hits.add_metric([], cache.hit_tokens if cache else 0)
+        yield queries
+        yield hits
+        admission = engine.admission
+        refusals = CounterMetricFamily(
+            "scheduler_admission_refusals",
+            "Requests refused by admission control",
+            labels=["reason"],
+        )
+        degraded = CounterMetricFamily("scheduler_degraded", "Jobs whose max_tokens were capped")
+        if admission is not None:
+            for reason, n in sorted(admission.rejected.items()):
+                refusals.add_metric([reason], n)
+        degraded.add_metric([], admission.degraded if admission else 0)
+        yield refusals
+        yield degraded
+
+
 class SchedulerMetrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
+        self._engine_counters = _EngineCounters()
+        r.register(self._engine_counters)
         self.wait = Histogram(
             "scheduler_wait_time_seconds",
             "Arrival to admission",
@@ -90,6 +130,7 @@ class SchedulerMetrics:
 
     def refresh(self, engine: Any) -> None:
         """Gauges that are cheaper to read on scrape than to keep current on every step."""
+        self._engine_counters.engine = engine
         policy = engine.policy
         self.depth.set(len(policy))
         self.running.set(sum(rep.slots for rep in engine.replicas))

@@ -2,7 +2,8 @@
 
 The same engine as the simulator; only the step that sleeps differs (SimPy's rt.py idea). Each
 replica runs a loop: ask the engine for a step at `now`, sleep until the step's absolute end
-time, then deliver its events to the waiting streams. The next step starts at the previous
+time (coarse sleep, then a short spin: event-loop timers are millisecond-grained), then deliver
+its events to the waiting streams. The next step starts at the previous
 step's end on the engine's timeline; when the event loop wakes late, the lateness is measured
 (`scheduler_step_lag_seconds`) and the next step starts at the real time instead, so a driver
 that falls behind says so rather than silently compressing time.
@@ -32,6 +33,9 @@ from reference_scheduler.metrics import SchedulerMetrics
 from reference_scheduler.openapi import OPENAPI
 from reference_scheduler.server_config import ServerConfig, TenantEntry
 from reference_scheduler.tokenizer import VOCAB, count_tokens, token_ids
+
+
+SPIN_NS = 1_200_000  # sleep until this close to a step's end, then spin (yielding to I/O)
 
 
 class Stream:
@@ -113,10 +117,13 @@ class RealtimeDriver:
                 await self.wake[r].wait()
                 step_at = self.now()
                 continue
-            delay = (self.base + res.end_ns - self.clock()) / 1e9
+            due = self.base + res.end_ns
+            delay = due - self.clock() - SPIN_NS
             if delay > 0:
-                await asyncio.sleep(delay)
-            lag = self.clock() - (self.base + res.end_ns)
+                await asyncio.sleep(delay / 1e9)
+            while self.clock() < due:  # timers are millisecond-grained: spin the last stretch
+                await asyncio.sleep(0)
+            lag = self.clock() - due
             self.metrics.step(res, max(lag, 0), engine.policy)
             self._deliver(r, res)
             step_at = res.end_ns

@@ -236,3 +236,48 @@ def test_timing_extension_in_the_final_chunk(server: str) -> None:
     final = events[-1]
     assert final["choices"] == [] and final["usage"]["completion_tokens"] == 3
     assert final["fairbench"]["queue_time_ns"] >= 0 and final["fairbench"]["tier"] == "interactive"
+
+
+def test_admission_refusal_is_503_with_retry_after_over_http() -> None:
+    """One slot, 300 ms per request, a queue of one: the third concurrent request is refused."""
+    config = parse_server_config(
+        {
+            "model": "ref",
+            "scheduler": {
+                "policy": "fifo",
+                "profile": {"constant_step_ms": 100.0, "kv_cache_tokens": 10000, "max_num_seqs": 1},
+                "admission": {"max_queue": 1},
+                "prefix_cache": {"blocks": 64},
+            },
+        }
+    )
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+
+    async def go() -> tuple[list[tuple[int, dict[str, Any], str | None]], str]:
+        server = asyncio.create_task(serve(config, "127.0.0.1", port))
+        await asyncio.sleep(0.3)
+        try:
+            async with aiohttp.ClientSession() as s:
+
+                async def one(delay: float) -> tuple[int, dict[str, Any], str | None]:
+                    await asyncio.sleep(delay)
+                    body = {"prompt": "ka ke", "max_tokens": 3}
+                    async with s.post(url + "/v1/completions", json=body) as r:
+                        return r.status, await r.json(), r.headers.get("Retry-After")
+
+                results = await asyncio.gather(one(0), one(0.05), one(0.1))
+                async with s.get(url + "/metrics") as r:
+                    metrics = await r.text()
+            return results, metrics
+        finally:
+            server.cancel()
+            await asyncio.gather(server, return_exceptions=True)
+
+    results, metrics = asyncio.run(go())
+    statuses = [r[0] for r in results]
+    assert statuses == [200, 200, 503]
+    _, body, retry = results[2]
+    assert body["error"]["code"] == "queue_full" and retry is not None and int(retry) >= 1
+    assert 'scheduler_admission_refusals_total{reason="queue_full"} 1.0' in metrics
+    assert "scheduler_prefix_cache_queries_tokens_total" in metrics

@@ -16,7 +16,30 @@ from reference_scheduler.job import Job
 from reference_scheduler.sim import SimResult, simulate
 
 
-def plan_jobs(plan: Plan, scn: Scenario) -> list[Job]:
+def block_hashes(plan: Plan, i: int, block_size: int) -> tuple[int, ...]:
+    """Ids of request i's full prompt blocks, equal exactly where prompt text is shared.
+
+    Synthetic prefixes: block k of group g of workload w is the same everywhere. Trace blocks
+    (Mooncake ids, chained, `plan.block_tokens` each) split into engine blocks. The rest of a
+    prompt is the request's own (ids derived from its prompt seed)."""
+    c = plan.columns
+    n_full = int(c["prompt_tokens"][i]) // block_size
+    ids: list[int] = []
+    if plan.block_offsets is not None and plan.block_values is not None:
+        per = max(plan.block_tokens // block_size, 1)
+        for trace_block in plan.block_values[plan.block_offsets[i] : plan.block_offsets[i + 1]]:
+            ids.extend(int(trace_block) * 4096 + sub for sub in range(per))
+    elif c["prefix_group"][i] >= 0:
+        key = (int(c["workload"][i]) << 32) | int(c["prefix_group"][i])
+        shared = int(c["prefix_tokens"][i]) // block_size
+        ids.extend(-((key << 20) | k) - 1 for k in range(shared))
+    own = int(c["prompt_seed"][i]) << 16
+    ids.extend(own | k for k in range(len(ids), n_full))
+    return tuple(ids[:n_full])
+
+
+def plan_jobs(plan: Plan, scn: Scenario, block_size: int | None = None) -> list[Job]:
+    """Jobs for the simulator; with `block_size` (a prefix cache is on), their block hashes."""
     weights = {t.id: t.weight for t in scn.tenants}
     ranks = {name: c.priority for name, c in scn.slo_classes.items()}
     c = plan.columns
@@ -26,7 +49,7 @@ def plan_jobs(plan: Plan, scn: Scenario) -> list[Job]:
         plan.names("workload"),
     )
     offsets, prompts, outputs = c["offset_ns"], c["prompt_tokens"], c["max_tokens"]
-    return [
+    jobs = [
         Job(
             i,
             tenants[i],
@@ -40,6 +63,10 @@ def plan_jobs(plan: Plan, scn: Scenario) -> list[Job]:
         )
         for i in range(len(plan))
     ]
+    if block_size is not None:
+        for i, job in enumerate(jobs):
+            job.block_hashes = block_hashes(plan, i, block_size)
+    return jobs
 
 
 def records_from(result: SimResult, plan: Plan) -> list[dict[str, Any]]:
@@ -93,7 +120,8 @@ def records_from(result: SimResult, plan: Plan) -> list[dict[str, Any]]:
 
 def run_sim(plan: Plan, scn: Scenario) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     config = parse_scheduler_config(scn.scheduler)
-    result = simulate(plan_jobs(plan, scn), config)
+    block_size = config.spec.block_size if config.spec.prefix_cache else None
+    result = simulate(plan_jobs(plan, scn, block_size), config)
     info = {
         "kind": "sim",
         "policy": str(config.spec.policy),
