@@ -52,6 +52,19 @@ class Admission:
     degraded: int = 0
     _finishes: deque[int] = field(default_factory=deque)  # recent completion times (ns)
 
+    @property
+    def limited(self) -> bool:
+        s = self.spec
+        return any(
+            x is not None
+            for x in (
+                s.max_queue,
+                s.max_queue_per_tenant,
+                s.shed_best_effort_depth,
+                s.degrade_depth,
+            )
+        ) or bool(s.max_queue_per_tier)
+
     def _retry_after(self, now_ns: int) -> int:
         window = 10_000_000_000
         while self._finishes and self._finishes[0] < now_ns - window:
@@ -108,3 +121,7 @@ class Admission:
 
     def finished(self, now_ns: int) -> None:
         self._finishes.append(now_ns)
+        if len(self._finishes) > 100_000:  # bounded: the rate only needs the last 10 s
+            horizon = now_ns - 10_000_000_000
+            while self._finishes and self._finishes[0] < horizon:
+                self._finishes.popleft()

@@ -14,6 +14,7 @@
       admission: {max_queue: 5000, max_queue_per_tenant: 500, shed_best_effort_depth: 2000,
                   degrade_depth: 1000, degrade_max_tokens: 256}       # see admission.py
       prefix_cache: {blocks: 2048, protected_classes: [interactive]}  # see prefix_cache.py
+      preemption: {mode: swap, swap_bandwidth_gbps: 50, budget: {count: 3, window_s: 60}}
 
 Validated up front; a problem is reported as `scheduler.<field>: ...` on one line.
 """
@@ -30,6 +31,7 @@ from reference_scheduler.admission import AdmissionSpec
 from reference_scheduler.costmodel import Profile, ProfileError, load_profile
 from reference_scheduler.policies import PolicySpecError, policy_factory
 from reference_scheduler.policy import Policy
+from reference_scheduler.preemption import PreemptionSpec
 from reference_scheduler.prefix_cache import PrefixCacheSpec
 from reference_scheduler.validation import lines_from
 
@@ -57,6 +59,11 @@ class SchedulerSpec(BaseModel):
     seed: int = Field(0, ge=0, le=2**63 - 1)
     admission: AdmissionSpec | None = None
     prefix_cache: PrefixCacheSpec | None = None
+    preemption: PreemptionSpec | None = None
+    tier_ranks: dict[str, int] = Field(
+        default_factory=lambda: {"interactive": 0, "batch": 1, "best-effort": 2},
+        description="tier name -> rank (lower is more urgent); demotion moves one rank down",
+    )
 
 
 @dataclass(frozen=True)

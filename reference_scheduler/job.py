@@ -37,6 +37,12 @@ class Job:
     blocks: int = 0  # KV blocks held
     cached_tokens: int = 0  # prompt tokens served from the prefix cache
     preemptions: int = 0
+    generated: int = 0  # output tokens produced before the current decode segment
+    lead_ns: int = -1  # the current segment's lead token (first token, or a recompute's)
+    segments: list[tuple[int, int, int, int]] = field(default_factory=list, repr=False)
+    # (replica, lead token ns or -1, first decode step, decode steps): kept once preempted
+    tier: str | None = None  # the tier a demotion moved the job to (its slo_class never changes)
+    swapped_tokens: int = 0  # KV tokens in host memory while swapped out
     reject_code: int = 0
     retry_after_s: int = 0
 

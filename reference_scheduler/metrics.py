@@ -61,6 +61,30 @@ class _EngineCounters(Collector):
         degraded.add_metric([], admission.degraded if admission else 0)
         yield refusals
         yield degraded
+        pre = engine.preemption
+        preempt = CounterMetricFamily(
+            "scheduler_preempt_count", "Preemptions suffered", labels=["tenant", "slo_class"]
+        )
+        for (tenant, cls), n in sorted(pre.by_tenant_class.items()):
+            preempt.add_metric([tenant, cls], n)
+        yield preempt
+        for name, doc, value in (
+            ("scheduler_demotions", "Waiting jobs moved down a tier", pre.demotions),
+            ("scheduler_promotions", "Waiting jobs moved back up a tier", pre.promotions),
+            (
+                "scheduler_swap_bytes",
+                "KV bytes swapped out and in",
+                pre.swap_out_bytes + pre.swap_in_bytes,
+            ),
+            (
+                "scheduler_recompute_tokens",
+                "Tokens re-prefilled after preemption",
+                pre.recompute_tokens,
+            ),
+        ):
+            family = CounterMetricFamily(name, doc)
+            family.add_metric([], value)
+            yield family
 
 
 class SchedulerMetrics:
@@ -137,6 +161,10 @@ class SchedulerMetrics:
         for key, value in policy.stats().items():
             if key.startswith("counter:"):
                 self.vtc.labels(key[8:]).set(value)
+        for tenant, n in engine.admission.by_tenant.items():
+            self.depth_by.labels("tenant", tenant).set(n)
+        for cls, n in engine.admission.by_class.items():
+            self.depth_by.labels("slo_class", cls).set(n)
         if hasattr(policy, "borrowed"):
             for spec, borrowed, quota in zip(
                 policy.specs, policy.borrowed(), policy.quotas, strict=True

@@ -3,7 +3,8 @@
 A policy only orders waiting jobs; the engine decides when capacity exists. The verbs mirror a
 Linux qdisc's: enqueue (with a verdict), dequeue, peek, plus `charge` (service is known only once
 it is given, e.g. VTC's decoded tokens), `remove` (cancel, demote), `release` (a dequeued job left
-the engine: finished or preempted; tier ceilings count running jobs), `stats`, `reset`, `len`.
+the engine: finished or preempted; tier ceilings count running jobs) and `resumed` (a preempted
+job came back), `stats`, `reset`, `len`.
 
 Contract, enforced by the conformance suite: `peek(now)` returns exactly what the next
 `dequeue(now)` returns; every accepted job is dequeued or removed exactly once; `len` counts live
@@ -44,6 +45,7 @@ class Policy(Protocol):
     def charge(self, job: Job, now_ns: int, prefill: int = 0, decode: int = 0) -> None: ...
     def remove(self, job: Job) -> None: ...
     def release(self, job: Job, now_ns: int) -> None: ...
+    def resumed(self, job: Job, now_ns: int) -> None: ...
     def bind(self, capacity_slots: int) -> None: ...
     def stats(self) -> Mapping[str, float]: ...
     def reset(self) -> None: ...
@@ -109,6 +111,11 @@ class BasePolicy:
         return None
 
     def release(self, job: Job, now_ns: int) -> None:
+        return None
+
+    def resumed(self, job: Job, now_ns: int) -> None:
+        """A preempted job re-entered the engine from its replica's resume queue (the inverse of
+        the `release` its preemption caused)."""
         return None
 
     def bind(self, capacity_slots: int) -> None:

@@ -34,7 +34,6 @@ from reference_scheduler.openapi import OPENAPI
 from reference_scheduler.server_config import ServerConfig, TenantEntry
 from reference_scheduler.tokenizer import VOCAB, count_tokens, token_ids
 
-
 SPIN_NS = 1_200_000  # sleep until this close to a step's end, then spin (yielding to I/O)
 
 

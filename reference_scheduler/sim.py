@@ -44,6 +44,13 @@ class SimResult:
         """Every output token's time for one finished job (first token, then each decode)."""
         if job.first_token_ns < 0 or job.max_tokens == 0:
             return np.empty(0, dtype=np.int64)
+        if job.segments:  # preempted: lead tokens and decode runs, segment by segment
+            parts = []
+            for replica, lead, first, count in job.segments:
+                if lead >= 0:
+                    parts.append(np.array([lead], dtype=np.int64))
+                parts.append(self.decode_ends[replica][first : first + count])
+            return np.concatenate(parts).astype(np.int64)
         ends = self.decode_ends[job.replica]
         tail = (
             ends[job.first_step : job.first_step + job.max_tokens - 1]
@@ -57,7 +64,12 @@ class SimResult:
         out = np.full(len(self.jobs), -1, dtype=np.int64)
         per_replica: dict[int, list[int]] = {}
         for i, job in enumerate(self.jobs):
-            if job.status == "finished" and job.first_step >= 0 and job.max_tokens >= 2:
+            if job.status != "finished" or job.max_tokens < 2:
+                continue
+            if job.segments:
+                times = self.token_times(job)
+                out[i] = int(np.diff(times).max()) if len(times) > 1 else -1
+            elif job.first_step >= 0:
                 per_replica.setdefault(job.replica, []).append(i)
         for r, idx in per_replica.items():
             ends = self.decode_ends[r]
@@ -117,6 +129,8 @@ def simulate(jobs: Iterable[Job], config: SchedulerConfig, trace: bool = False) 
 
     def record(res: object, r: int) -> None:
         assert log is not None
+        for job in res.preempted:  # type: ignore[attr-defined]
+            log.append((res.start_ns, "preempt", job.id, r))  # type: ignore[attr-defined]
         for job in res.admitted:  # type: ignore[attr-defined]
             log.append((res.start_ns, "admit", job.id, r))  # type: ignore[attr-defined]
         for job in res.first_tokens:  # type: ignore[attr-defined]

@@ -281,3 +281,5 @@ def test_admission_refusal_is_503_with_retry_after_over_http() -> None:
     assert body["error"]["code"] == "queue_full" and retry is not None and int(retry) >= 1
     assert 'scheduler_admission_refusals_total{reason="queue_full"} 1.0' in metrics
     assert "scheduler_prefix_cache_queries_tokens_total" in metrics
+    assert "scheduler_demotions_total 0.0" in metrics
+    assert 'scheduler_queue_depth_by{dimension="tenant",name="default"}' in metrics

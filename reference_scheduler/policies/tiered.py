@@ -64,7 +64,7 @@ class Tiered(BasePolicy):
         self.capacity = max(1, int(capacity_slots))
 
     def tier_of(self, job: Job) -> int:
-        return self._tier_by_class.get(job.slo_class, len(self.specs) - 1)
+        return self._tier_by_class.get(job.tier or job.slo_class, len(self.specs) - 1)
 
     def _choose(self) -> int | None:
         best, best_key = None, 0.0
@@ -119,6 +119,9 @@ class Tiered(BasePolicy):
         k = self.tier_of(job)
         self.running[k] -= 1
         self.children[k].release(job, now_ns)
+
+    def resumed(self, job: Job, now_ns: int) -> None:
+        self.running[self.tier_of(job)] += 1
 
     def borrowed(self) -> list[float]:
         """Slots each tier runs above its quota right now."""
