@@ -44,8 +44,18 @@ from reference_scheduler.prefix_cache import PrefixCache
 class StepResult:
     """What one iteration did. Reused per replica: read it before stepping that replica again."""
 
-    __slots__ = ("admitted", "duration_ns", "end_ns", "finished", "first_tokens", "n_decode",
-                 "n_prefill", "preempted", "replica", "start_ns")  # fmt: skip
+    __slots__ = (
+        "admitted",
+        "duration_ns",
+        "end_ns",
+        "finished",
+        "first_tokens",
+        "n_decode",
+        "n_prefill",
+        "preempted",
+        "replica",
+        "start_ns",
+    )
 
     def __init__(self, replica: int) -> None:
         self.replica = replica
@@ -61,9 +71,26 @@ class StepResult:
 
 
 class Replica:
-    __slots__ = ("batch", "context", "decode_ends", "decoding", "extra_ns", "finish_heap",
-                 "free_blocks", "index", "noise", "noise_at", "pending", "prefilling", "result",
-                 "resume", "running", "slots", "steps", "tenant_decode")  # fmt: skip
+    __slots__ = (
+        "batch",
+        "context",
+        "decode_ends",
+        "decoding",
+        "extra_ns",
+        "finish_heap",
+        "free_blocks",
+        "index",
+        "noise",
+        "noise_at",
+        "pending",
+        "prefilling",
+        "result",
+        "resume",
+        "running",
+        "slots",
+        "steps",
+        "tenant_decode",
+    )
 
     def __init__(self, index: int, blocks: int) -> None:
         self.index = index
@@ -106,8 +133,9 @@ class Engine:
         # per tenant and class that the metrics report.
         self.admission = Admission(spec.admission or AdmissionSpec())
         self.cache = PrefixCache(spec.prefix_cache, self.block_size) if spec.prefix_cache else None
-        self.preemption = Preemption(spec.preemption or PreemptionSpec(),
-                                     self.profile.kv_bytes_per_token)  # fmt: skip
+        self.preemption = Preemption(
+            spec.preemption or PreemptionSpec(), self.profile.kv_bytes_per_token
+        )
         self.tier_ranks = sorted(spec.tier_ranks.items(), key=lambda kv: kv[1])
 
     # ------------------------------------------------------------------ requests
@@ -206,8 +234,10 @@ class Engine:
         admission loop should look again (something changed)."""
         pre = self.preemption
         cooperative = pre.spec.mode == "cooperative"
-        victims = sorted((j for j in rep.running.values() if j.priority > cand.priority),
-                         key=lambda j: (-j.priority, -j.admit_ns, -j.seq))  # fmt: skip
+        victims = sorted(
+            (j for j in rep.running.values() if j.priority > cand.priority),
+            key=lambda j: (-j.priority, -j.admit_ns, -j.seq),
+        )
         if not victims:
             return False
         slots = rep.slots
@@ -379,8 +409,9 @@ class Engine:
         res.first_tokens.clear()
         res.finished.clear()
         res.preempted.clear()
-        if (len(self.policy) or rep.resume) and (rep.batch == 0 or
-                                                   rep.steps % prof.admit_every == 0):  # fmt: skip
+        if (len(self.policy) or rep.resume) and (
+            rep.batch == 0 or rep.steps % prof.admit_every == 0
+        ):
             self._admit(rep, now_ns)
 
         # Compose the iteration.
@@ -454,8 +485,9 @@ class Engine:
                 if job.generated == 0:
                     job.first_token_ns = end
                     if cache is not None and job.block_hashes:  # its prompt's blocks now exist
-                        cache.insert(job.block_hashes[: job.prompt_tokens // self.block_size],
-                                     job.slo_class)  # fmt: skip
+                        cache.insert(
+                            job.block_hashes[: job.prompt_tokens // self.block_size], job.slo_class
+                        )
                 job.lead_ns = end
                 if job.max_tokens == 0 or job.generated + 1 >= job.max_tokens:
                     if job.segments:

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from reference_scheduler.engine import Engine, StepResult
@@ -392,28 +393,41 @@ class Api:
         model, created = self.config.spec.model, self.created
         kind = "chat.completion.chunk" if chat else "text_completion"
 
+        # vLLM's chunk shape, built from constant bytes around the token text: this runs once
+        # per token per stream, and a dict-to-JSON round trip per token costs more than the
+        # rest of the path together.
+        head = (
+            b'data: {"id":'
+            + orjson.dumps(rid)
+            + b',"object":"'
+            + kind.encode()
+            + b'","created":'
+            + str(created).encode()
+            + b',"model":'
+            + orjson.dumps(model)
+            + b',"choices":[{"index":0,'
+        )
+        finishes = {None: b"null", "length": b'"length"'}
+
         def chunk(text: str | None, finish: str | None, role: bool = False) -> bytes:
+            end = finishes[finish]
             if chat:
-                delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {}
-                if text is not None:
-                    delta["content"] = text
-                choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-            else:
-                choice = {
-                    "index": 0,
-                    "text": text or "",
-                    "logprobs": None,
-                    "finish_reason": finish,
-                    "stop_reason": None,
-                }
-            obj = {
-                "id": rid,
-                "object": kind,
-                "created": created,
-                "model": model,
-                "choices": [choice],
-            }
-            return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+                if role:
+                    delta = b'{"role":"assistant","content":""}'
+                else:
+                    delta = b'{"content":' + orjson.dumps(text) + b"}"
+                return (
+                    head
+                    + b'"delta":'
+                    + delta
+                    + b',"logprobs":null,"finish_reason":'
+                    + end
+                    + b"}]}\n\n"
+                )
+            return (
+                head + b'"text":' + orjson.dumps(text or "") + b',"logprobs":null,'
+                b'"finish_reason":' + end + b',"stop_reason":null}]}\n\n'
+            )
 
         produced = 0
         if chat:
