@@ -8,7 +8,7 @@ scheduler_queue_depth                                waiting jobs (all tiers)
 scheduler_queue_depth_by{dimension,name}             waiting jobs per tier / tenant
 scheduler_running                                    jobs in the engine
 scheduler_vtc_counter{tenant}                        VTC's service counters (vtc/lcf)
-scheduler_borrow_ratio{tier}                         running above quota ÷ quota (tiered)
+scheduler_borrow_ratio{tier_from,tier_to}            capacity a tier borrows from another (tiered)
 scheduler_step_duration_seconds                      histogram of engine step times
 scheduler_step_lag_seconds                           histogram: how late the driver woke
 """
@@ -122,7 +122,10 @@ class SchedulerMetrics:
         self.running = Gauge("scheduler_running", "Requests in the engine", registry=r)
         self.vtc = Gauge("scheduler_vtc_counter", "VTC service counter", ["tenant"], registry=r)
         self.borrow = Gauge(
-            "scheduler_borrow_ratio", "Running above quota / quota", ["tier"], registry=r
+            "scheduler_borrow_ratio",
+            "Capacity share a tier borrows from another tier's unused quota",
+            ["tier_from", "tier_to"],
+            registry=r,
         )
         self.step_time = Histogram(
             "scheduler_step_duration_seconds", "Engine step time", buckets=_LATENCY, registry=r
@@ -165,11 +168,10 @@ class SchedulerMetrics:
             self.depth_by.labels("tenant", tenant).set(n)
         for cls, n in engine.admission.by_class.items():
             self.depth_by.labels("slo_class", cls).set(n)
-        if hasattr(policy, "borrowed"):
-            for spec, borrowed, quota in zip(
-                policy.specs, policy.borrowed(), policy.quotas, strict=True
-            ):
-                self.borrow.labels(spec.name).set(borrowed / (quota * policy.capacity))
+        if hasattr(policy, "borrowing"):
+            self.borrow.clear()
+            for (lender, borrower), share in policy.borrowing().items():
+                self.borrow.labels(lender, borrower).set(share)
             for spec, child in zip(policy.specs, policy.children, strict=True):
                 self.depth_by.labels("tier", spec.name).set(len(child))
 

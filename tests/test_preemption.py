@@ -203,3 +203,60 @@ def test_the_budget_turns_the_next_preemption_into_a_demotion() -> None:
     assert demoted[0] == 12  # the third urgent job: its preemption would have been the 3rd
     job = next(j for j in urgent if j.id == 12)
     assert job.slo_class == "interactive" and job.tier == "batch" and job.priority == 1
+
+
+def test_recompute_re_prefills_the_lost_context_minus_cache_hits() -> None:
+    cfg = parse_scheduler_config(
+        {
+            "policy": "priority",
+            "profile": {"constant_step_ms": 10.0, "kv_cache_tokens": 10**6, "max_num_seqs": 1},
+            "preemption": {"mode": "recompute"},
+            "prefix_cache": {"blocks": 1000},
+        }
+    )
+    # 64 full prompt blocks; a first copy of the prompt runs alone, so its blocks get cached
+    hashes = tuple(range(64))
+    warm = Job(0, "bulk", "batch", 1024, 1, 0, priority=1, block_hashes=hashes)
+    batch = Job(1, "bulk", "batch", 1024, 50, 100_000_000, priority=1, block_hashes=hashes)
+    urgent = Job(2, "chat", "interactive", 10, 2, 150_000_000, priority=0)
+    from reference_scheduler.engine import Engine
+
+    engines: list[Engine] = []
+    original = Engine.__init__
+
+    def spy(self, *a, **k):  # type: ignore[no-untyped-def]
+        original(self, *a, **k)
+        engines.append(self)
+
+    Engine.__init__ = spy  # type: ignore[method-assign]
+    try:
+        simulate([warm, batch, urgent], cfg)
+    finally:
+        Engine.__init__ = original  # type: ignore[method-assign]
+    pre = engines[0].preemption
+    ((_, _, victim, lost),) = [e for e in pre.log if e[1] == "preempt"]
+    ((_, _, again, redo),) = [e for e in pre.log if e[1] == "recompute"]
+    assert victim == again == 1
+    # context = 1024 prompt + tokens produced; the 1,024 cached prompt tokens are not redone
+    assert redo == lost - 1024 and pre.recompute_tokens == redo > 0
+    assert all(j.status == "finished" for j in (warm, batch, urgent))
+
+
+def test_tier_borrowing_is_attributed_to_the_lenders() -> None:
+    from reference_scheduler.policies.fifo import Fifo
+    from reference_scheduler.policies.tiered import Tiered, TierSpec
+
+    tiers = Tiered(
+        [
+            TierSpec("interactive", 0.5, Fifo),
+            TierSpec("batch", 0.3, Fifo),
+            TierSpec("best-effort", 0.2, Fifo),
+        ],
+        borrow_ratio=1.0,
+    )
+    tiers.bind(10)
+    tiers.running = [8, 1, 1]  # interactive 3 slots over its 5; batch leaves 2, best-effort 1
+    lent = tiers.borrowing()
+    assert lent == pytest.approx(
+        {("batch", "interactive"): 0.2, ("best-effort", "interactive"): 0.1}
+    )

@@ -129,6 +129,24 @@ class Tiered(BasePolicy):
             max(0.0, r - q * self.capacity) for r, q in zip(self.running, self.quotas, strict=True)
         ]
 
+    def borrowing(self) -> dict[tuple[str, str], float]:
+        """(lender, borrower) -> share of capacity the borrower uses out of the lender's unused
+        quota. A tier above its quota borrows from the tiers below theirs, in proportion to what
+        each leaves unused (HTB lends the same way)."""
+        unused = [
+            max(0.0, q * self.capacity - r) for r, q in zip(self.running, self.quotas, strict=True)
+        ]
+        spare = sum(unused)
+        out: dict[tuple[str, str], float] = {}
+        for b, extra in enumerate(self.borrowed()):
+            if extra <= 0 or spare <= 0:
+                continue
+            for lender, free in enumerate(unused):
+                if free > 0 and lender != b:
+                    share = extra * free / spare / self.capacity
+                    out[self.specs[lender].name, self.specs[b].name] = share
+        return out
+
     def stats(self) -> Mapping[str, float]:
         out = dict(super().stats())
         for spec, running, borrowed in zip(self.specs, self.running, self.borrowed(), strict=True):
