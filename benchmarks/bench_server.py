@@ -116,6 +116,7 @@ def trial(url: str, rate: float, seconds: float, workdir: Path) -> dict:  # type
 
 
 def quickstart(workdir: Path) -> None:
+    os.sched_setaffinity(0, set(CORES))  # as a user runs it: no pinning, the server inherits this
     scn = load_scenario(REPO / "scenarios" / "quickstart.yaml")
     out = workdir / "quickstart"
     outcome = execute_run(scn, RunOptions(out=out))
