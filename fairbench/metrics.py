@@ -134,5 +134,8 @@ def water_fill(demands: np.ndarray, weights: np.ndarray, capacity: float) -> np.
 def jain(x: np.ndarray) -> float:
     """Jain's index (Σx)² / (n·Σx²): 1 when all equal, 1/n when one takes all; NaN if all 0."""
     x = np.asarray(x, dtype=np.float64)
-    denom = len(x) * float(np.square(x).sum())
-    return float(x.sum() ** 2 / denom) if denom > 0 else float("nan")
+    top = float(x.max()) if len(x) else 0.0
+    if top <= 0:
+        return float("nan")
+    x = x / top  # scale first: squares of tiny (or huge) values under/overflow
+    return float(x.sum() ** 2 / (len(x) * float(np.square(x).sum())))
