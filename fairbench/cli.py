@@ -117,9 +117,10 @@ def plan(
 
 def _register_optional_commands() -> None:
     """Commands that live in their own modules (kept out of this file to keep it an edge)."""
-    from fairbench import cli_run
+    from fairbench import cli_analysis, cli_run
 
     cli_run.register(app)
+    cli_analysis.register(app)
 
 
 def main(argv: list[str] | None = None) -> None:

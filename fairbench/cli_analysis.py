@@ -1,0 +1,177 @@
+"""`fairbench compare` and `fairbench ab`: paired A/B verdicts. Registered by fairbench.cli."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from fairbench.compare import CompareRefused, Comparison, compare_dirs
+from fairbench.run import RunOptions, execute_run, write_json
+from fairbench.scenario import ScenarioError, parse_scenario, read_yaml
+
+out = Console(width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True)
+
+
+def verdict_table(comparison: Comparison, title: str) -> Table:
+    table = Table(title=title, caption=comparison.design, title_justify="left")
+    for col in ("metric", "A", "B", "change", "95% CI", "p", "verdict"):
+        table.add_column(col, justify="left" if col in ("metric", "verdict") else "right")
+    colour = {"better": "green", "worse": "red", "cannot evaluate": "yellow"}
+    for v in comparison.verdicts:
+        latency = not v.absolute and ("ttft" in v.metric or "e2e" in v.metric or "tpot" in v.metric)
+        show = (lambda x: f"{x / 1e6:.1f} ms") if latency else (lambda x: f"{x:.3f}")
+        fmt = (lambda x: f"{x:+.3f}") if v.absolute else (lambda x: f"{x:+.1%}")
+        ci = "-" if math.isnan(v.ci_low) else f"[{fmt(v.ci_low)}, {fmt(v.ci_high)}]"
+        table.add_row(
+            v.metric,
+            "-" if math.isnan(v.a) else show(v.a),
+            "-" if math.isnan(v.b) else show(v.b),
+            "-" if math.isnan(v.diff) else fmt(v.diff),
+            ci,
+            "-" if math.isnan(v.p_value) else f"{v.p_value:.3f}",
+            f"[{colour.get(v.verdict, 'white')}]{v.verdict}[/]",
+        )
+    return table
+
+
+def set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
+    node = data
+    keys = dotted.split(".")
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise typer.BadParameter(f"{dotted}: {key} is not a mapping")
+    node[keys[-1]] = value
+
+
+def variant(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    data = json.loads(json.dumps(raw))
+    for item in overrides:
+        path, sep, text = item.partition("=")
+        if not sep:
+            raise typer.BadParameter(f"{item!r}: use PATH=VALUE, e.g. scheduler.policy=dwrr")
+        set_path(data, path.strip(), read_yaml(text))
+    return data
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def compare(
+        runs: Annotated[list[Path] | None, typer.Argument(help="RUN_A RUN_B")] = None,
+        a: Annotated[list[Path] | None, typer.Option("--a", help="A runs (repeat)")] = None,
+        b: Annotated[list[Path] | None, typer.Option("--b", help="B runs (repeat)")] = None,
+        resamples: Annotated[int, typer.Option(min=100)] = 1000,
+        confidence: Annotated[float, typer.Option(min=0.5, max=0.999)] = 0.95,
+        as_json: Annotated[bool, typer.Option("--json")] = False,
+    ) -> None:
+        """Paired A/B verdicts for runs that replayed the same plan."""
+        a_dirs = list(a or [])
+        b_dirs = list(b or [])
+        if runs:
+            if len(runs) != 2:
+                raise typer.BadParameter("give two runs (A B), or --a/--b for several")
+            a_dirs.append(runs[0])
+            b_dirs.append(runs[1])
+        if not a_dirs or not b_dirs:
+            raise typer.BadParameter("nothing to compare: give RUN_A RUN_B")
+        try:
+            comparison = compare_dirs(a_dirs, b_dirs, resamples, confidence)
+        except (CompareRefused, FileNotFoundError) as error:
+            err.print(f"cannot compare: {error}", markup=False, highlight=False)
+            raise typer.Exit(2) from None
+        if as_json:
+            sys.stdout.write(json.dumps(comparison.as_dict(), indent=2) + "\n")
+        else:
+            out.print(verdict_table(comparison, "B vs A"))
+
+    @app.command()
+    def ab(
+        file: Annotated[Path, typer.Argument(help="scenario file")],
+        a: Annotated[list[str], typer.Option("--a", help="PATH=VALUE for arm A (repeat)")],
+        b: Annotated[list[str], typer.Option("--b", help="PATH=VALUE for arm B (repeat)")],
+        iterations: Annotated[int, typer.Option(min=1)] = 3,
+        confidence: Annotated[
+            str | None,
+            typer.Option(
+                help="Netperf-style 'LEVEL,WIDTH' (e.g. 99,5): add iterations until the first "
+                "metric's CI is within ±WIDTH/2 % or --max-iterations"
+            ),
+        ] = None,
+        metric: Annotated[str, typer.Option(help="metric for --confidence")] = "ttft_p99",
+        max_iterations: Annotated[int, typer.Option(min=1)] = 10,
+        out_dir: Annotated[Path | None, typer.Option("--out")] = None,
+        resamples: Annotated[int, typer.Option(min=100)] = 1000,
+    ) -> None:
+        """Run arms A and B on the same plans (seeds interleaved A B B A ...) and compare."""
+        raw = read_yaml(file.read_text(encoding="utf-8"))
+        if not isinstance(raw, dict):
+            raise ScenarioError(["(top level): must be a mapping of fields"], str(file))
+        arms = {
+            "A": parse_scenario(variant(raw, a), str(file), file.parent),
+            "B": parse_scenario(variant(raw, b), str(file), file.parent),
+        }
+        level, width = 0.95, None
+        if confidence:
+            try:
+                lv, wd = (float(x) for x in confidence.split(","))
+                level, width = lv / 100, wd / 100
+            except ValueError:
+                raise typer.BadParameter("--confidence takes LEVEL,WIDTH, e.g. 99,5") from None
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
+        base = out_dir or Path("reports") / f"ab-{arms['A'].name}-{stamp}"
+        dirs: dict[str, list[Path]] = {"A": [], "B": []}
+        seed0 = arms["A"].run.seed
+        i = 0
+        comparison: Comparison | None = None
+        why = "the planned iterations ran"
+        limit = max_iterations if width is not None else iterations
+        while i < limit:
+            order = ("A", "B") if i % 2 == 0 else ("B", "A")
+            for arm in order:
+                run = execute_run(arms[arm], RunOptions(out=base / f"{arm}-{i}", seed=seed0 + i))
+                dirs[arm].append(run.run_dir)
+                err.print(
+                    f"{arm} seed {seed0 + i}: {'VALID' if run.summary['valid'] else 'INVALID'}"
+                    f" -> {run.run_dir}",
+                    markup=False,
+                    highlight=False,
+                )
+            i += 1
+            if width is None and i < iterations:
+                continue
+            try:
+                comparison = compare_dirs(dirs["A"], dirs["B"], resamples, level)
+            except CompareRefused as error:
+                err.print(f"cannot compare: {error}", markup=False, highlight=False)
+                raise typer.Exit(2) from None
+            if width is None:
+                break
+            target = next((v for v in comparison.verdicts if v.metric == metric), None)
+            if target is None:
+                raise typer.BadParameter(f"--metric {metric!r} is not a compared metric")
+            half = (target.ci_high - target.ci_low) / 2
+            if i >= 2 and math.isfinite(half) and half <= width / 2:
+                why = f"{metric}: CI half-width {half:.2%} within ±{width / 2:.2%} after {i}"
+                break
+            why = f"{metric}: max iterations ({max_iterations}) reached before ±{width / 2:.2%}"
+        assert comparison is not None
+        write_json(
+            base / "comparison.json",
+            {
+                **comparison.as_dict(),
+                "stopped": why,
+                "a": [str(p) for p in dirs["A"]],
+                "b": [str(p) for p in dirs["B"]],
+            },
+        )
+        out.print(verdict_table(comparison, f"B ({' '.join(b)}) vs A ({' '.join(a)})"))
+        out.print(f"{why}; comparison.json in {base}", markup=False, highlight=False)
