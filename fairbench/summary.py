@@ -4,7 +4,10 @@ Schema history (`SUMMARY_SCHEMA_VERSION`):
   1 — schema_version, valid, invalid_reasons, plan_digest, seed, window_s, closed_loop,
       accounting, generator_health, overall / tenants / slo_classes blocks (counts by status,
       latency percentiles in ms — ttft, ttft_sent, tpot, itl_max, e2e, e2e_sent, queue —,
-      throughput, goodput, slo_attainment), fairness.
+      throughput, goodput, slo_attainment), fairness (Jain over service ÷ fair share,
+      slowdown Jain and worst ratio, service difference, windowed Jain, starvation), drift
+      (TTFT p99 per rolling window, drift with CI and trend test, queue-depth variance), and
+      overall.latency_ci_ms (exact bootstrap CIs of p50/p90/p99).
 
 Requests are counted in the measurement window: intended time in [warmup, duration − cooldown].
 Throughput divides by the window's length. A run marked INVALID stays INVALID in every output.
@@ -19,6 +22,14 @@ import numpy as np
 import pandas as pd
 
 from fairbench import metrics as m
+from fairbench.analysis import (
+    drift_block,
+    fairness_over_time,
+    latency_cis,
+    queue_depth_block,
+    slowdown_block,
+    starvation_block,
+)
 from fairbench.records import STATUSES
 from fairbench.scenario import Scenario
 
@@ -143,4 +154,14 @@ def build_summary(
             rows = values == name
             summary[key][name] = group_block(df[rows].reset_index(drop=True), met[rows], window)
     summary["fairness"] = fairness_block(df, {t.id: t.weight for t in scn.tenants})
+    if len(df):
+        summary["fairness"].update(slowdown_block(df, scn))
+        summary["fairness"]["starvation"] = starvation_block(df, scn)
+        window_s = max(10.0, min(60.0, window / 10)) if window > 0 else 10.0
+        summary["fairness"].update(fairness_over_time(df, scn, window_s))
+        summary["overall"]["latency_ci_ms"] = latency_cis(df)
+        summary["drift"] = {
+            "ttft_p99": drift_block(df, window_s, window_s / 2),
+            "queue_depth": queue_depth_block(df),
+        }
     return summary
