@@ -121,6 +121,7 @@ def _register_optional_commands() -> None:
 
     cli_run.register(app)
     cli_analysis.register(app)
+    cli_analysis.register_sweeps(app)
 
 
 def main(argv: list[str] | None = None) -> None:

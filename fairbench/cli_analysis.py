@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any
 
+import numpy as np
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -175,3 +176,118 @@ def register(app: typer.Typer) -> None:
         )
         out.print(verdict_table(comparison, f"B ({' '.join(b)}) vs A ({' '.join(a)})"))
         out.print(f"{why}; comparison.json in {base}", markup=False, highlight=False)
+
+
+def _objectives(specs: list[str]) -> tuple[list[str], list[str]]:
+    names, senses = [], []
+    for spec in specs:
+        name, _, sense = spec.rpartition(":")
+        if sense not in ("max", "min") or not name:
+            raise typer.BadParameter(f"{spec!r}: use NAME:max or NAME:min, e.g. goodput:max")
+        names.append(name)
+        senses.append(sense)
+    return names, senses
+
+
+def front_table(
+    title: str,
+    labels: list[str],
+    summaries: list[dict[str, Any]],
+    names: list[str],
+    senses: list[str],
+) -> Table:
+    from fairbench.sweep import metric_value, pareto_front
+
+    values = np.array([[metric_value(s, n) for n in names] for s in summaries])
+    front = pareto_front(values, senses)
+    table = Table(title=title, title_justify="left")
+    table.add_column("point")
+    for name, sense in zip(names, senses, strict=True):
+        table.add_column(f"{name} ({sense})", justify="right")
+    table.add_column("front")
+    for label, row, on in zip(labels, values, front, strict=True):
+        style = "bold" if on else "dim"
+        table.add_row(label, *(f"{v:.4g}" for v in row), "yes" if on else "dominated", style=style)
+    return table
+
+
+DEFAULT_OBJECTIVES = ["goodput:max", "ttft_p99:min", "jain_slowdown:max"]
+
+
+def register_sweeps(app: typer.Typer) -> None:
+    @app.command()
+    def sweep(
+        file: Annotated[Path, typer.Argument(help="sweep file")],
+        out_dir: Annotated[Path | None, typer.Option("--out")] = None,
+        objective: Annotated[list[str] | None, typer.Option(help="NAME:max|min")] = None,
+    ) -> None:
+        """Run every point of a grid (simulated points in parallel) and show the Pareto front."""
+        from fairbench.sweep import run_sweep
+
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
+        base = out_dir or Path("reports") / f"sweep-{file.stem}-{stamp}"
+        base.mkdir(parents=True, exist_ok=True)
+        rows = run_sweep(file, base, lambda k, n: err.print(f"point {k}/{n} done"))
+        names, senses = _objectives(objective or DEFAULT_OBJECTIVES)
+        labels = [
+            " ".join(f"{k}={v}" for k, v in r["params"].items())
+            + (f" seed={r['seed']}" if r["seed"] is not None else "")
+            for r in rows
+        ]
+        out.print(
+            front_table(f"sweep of {file}", labels, [r["summary"] for r in rows], names, senses)
+        )
+        out.print(f"results in {base}", markup=False, highlight=False)
+
+    @app.command()
+    def pareto(
+        runs: Annotated[list[Path], typer.Argument(help="run directories")],
+        objective: Annotated[list[str] | None, typer.Option(help="NAME:max|min")] = None,
+    ) -> None:
+        """The non-dominated runs on the chosen objectives (dominated ones shown dimmed)."""
+        names, senses = _objectives(objective or DEFAULT_OBJECTIVES)
+        summaries = [json.loads((r / "summary.json").read_text()) for r in runs]
+        out.print(front_table("Pareto front", [str(r) for r in runs], summaries, names, senses))
+
+    @app.command()
+    def knee(
+        file: Annotated[Path, typer.Argument(help="scenario file")],
+        low: Annotated[float, typer.Option(help="load multiplier that must meet the SLOs")] = 0.25,
+        high: Annotated[float, typer.Option(help="load multiplier that must miss them")] = 8.0,
+        attainment: Annotated[float, typer.Option(min=0, max=1)] = 0.99,
+        tolerance: Annotated[float, typer.Option(min=0.001)] = 0.05,
+        out_dir: Annotated[Path | None, typer.Option("--out")] = None,
+    ) -> None:
+        """The highest load (a multiple of the scenario's rates) at which every class with an
+        SLO still reaches `attainment`, found by bisection."""
+        from fairbench.sweep import knee as find_knee
+        from fairbench.sweep import scale_load
+
+        raw = read_yaml(file.read_text(encoding="utf-8"))
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
+        base = out_dir or Path("reports") / f"knee-{file.stem}-{stamp}"
+
+        def holds(factor: float) -> bool:
+            scn = parse_scenario(scale_load(raw, factor), str(file), file.parent)
+            summary = execute_run(scn, RunOptions(out=base / f"x{factor:.4g}")).summary
+            with_slo = [c for c, slo in scn.slo_classes.items() if slo.ttft or slo.tpot or slo.e2e]
+            got = [summary["slo_classes"].get(c, {}).get("slo_attainment") for c in with_slo]
+            ok = summary["valid"] and all(g is None or g >= attainment for g in got)
+            err.print(
+                f"load x{factor:.4g}: {'holds' if ok else 'misses'} ({got})",
+                markup=False,
+                highlight=False,
+            )
+            return ok
+
+        best, trail = find_knee(holds, low, high, tolerance)
+        write_json(base / "knee.json", {"knee": best, "trail": trail, "attainment": attainment})
+        if best is None:
+            out.print(f"even x{low:g} misses the SLOs; lower --low")
+        else:
+            out.print(
+                f"knee: load x{best:.3g} of {file.name} meets every SLO at "
+                f"{attainment:.0%}; results in {base}",
+                markup=False,
+                highlight=False,
+            )
