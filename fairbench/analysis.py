@@ -181,6 +181,7 @@ def fairness_over_time(df: pd.DataFrame, scn: Scenario, window_s: float) -> dict
         }
     else:
         out["service_difference"] = None
+    out["max_service_gap"] = accumulated_service_gap(client, start, end, cost, weights, span)
     _, jw = windowed_jain(client, start, end, cost, weights, 0.0, span, window_s)
     finite = jw[np.isfinite(jw)]
     out["jain_windows"] = {
@@ -190,6 +191,31 @@ def fairness_over_time(df: pd.DataFrame, scn: Scenario, window_s: float) -> dict
         "values": [None if not math.isfinite(x) else round(float(x), 4) for x in jw],
     }
     return out
+
+
+def accumulated_service_gap(
+    client: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    cost: np.ndarray,
+    weights: dict[str, float],
+    span: float,
+    step_s: float = 1.0,
+) -> float | None:
+    """VTC's accumulated gap: the largest, over time, of max − min cumulative weighted service
+    among tenants (cost units). Service is spread uniformly over each request's service
+    interval; sampled every `step_s`."""
+    names, code = np.unique(client, return_inverse=True)
+    if len(names) < 2 or span <= 0:
+        return None
+    weight = np.array([weights.get(str(n), 1.0) for n in names])
+    grid = np.arange(0.0, span + step_s, step_s)
+    rate = cost / np.maximum(end - start, 1e-9)
+    cumulative = np.zeros((len(grid), len(names)))
+    for k, t in enumerate(grid):
+        done = np.clip(np.minimum(end, t) - start, 0.0, None) * rate
+        cumulative[k] = np.bincount(code, done, minlength=len(names)) / weight
+    return float((cumulative.max(axis=1) - cumulative.min(axis=1)).max())
 
 
 def latency_cis(df: pd.DataFrame) -> dict[str, Any]:

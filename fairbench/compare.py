@@ -38,7 +38,19 @@ class CompareRefused(Exception):
 class Cols:
     """Per-request columns of one run as numpy arrays; `take` is one resample (cheap)."""
 
-    __slots__ = ("cls", "demand", "e2e", "met", "ok", "served", "size", "tenant", "tpot", "ttft")
+    __slots__ = (
+        "cls",
+        "demand",
+        "e2e",
+        "met",
+        "ok",
+        "served",
+        "size",
+        "t",
+        "tenant",
+        "tpot",
+        "ttft",
+    )
 
     def __init__(self, **arrays: np.ndarray) -> None:
         for name, value in arrays.items():
@@ -61,6 +73,7 @@ class Cols:
             demand=df["prompt_tokens"].to_numpy(dtype=float)
             + 2.0 * df["max_tokens"].to_numpy(dtype=float),
             size=np.maximum(size, 1.0),
+            t=df["t_intended_ns"].to_numpy(dtype=float),
         )
 
     def take(self, idx: np.ndarray) -> Cols:
@@ -124,6 +137,19 @@ def _worst_slowdown(n_tenants: int) -> Callable[[Cols], float]:
     return compute
 
 
+def _ttft_p99_drift(c: Cols) -> float:
+    """p99 TTFT of the last fifth of the run (by intended time) ÷ that of the first fifth − 1:
+    compared between runs, whether B's tail degrades over time more than A's."""
+    keep = c.ok & np.isfinite(c.ttft)
+    t, v = c.t[keep], c.ttft[keep]
+    if len(t) < 50:
+        return math.nan
+    lo, hi = np.quantile(t, [0.2, 0.8])
+    first, last = v[t <= lo], v[t >= hi]
+    base = np.quantile(first, 0.99)
+    return float(np.quantile(last, 0.99) / base - 1) if base > 0 else math.nan
+
+
 def default_metrics(classes: list[str], weights: np.ndarray) -> list[Metric]:
     out = [
         Metric("ttft_p99", "lower", 0.05, _quantile("ttft", 0.99)),
@@ -133,6 +159,7 @@ def default_metrics(classes: list[str], weights: np.ndarray) -> list[Metric]:
         Metric("slo_attainment", "higher", 0.01, _attainment(None), absolute=True),
         Metric("jain_service", "higher", 0.02, _jain_service(weights), absolute=True),
         Metric("worst_slowdown_ratio", "lower", 0.05, _worst_slowdown(len(weights))),
+        Metric("ttft_p99_drift", "lower", 0.05, _ttft_p99_drift, absolute=True),
     ]
     for k, cls in enumerate(classes):
         out.append(Metric(f"ttft_p99.{cls}", "lower", 0.05, _quantile("ttft", 0.99, k)))

@@ -7,7 +7,8 @@ Schema history (`SUMMARY_SCHEMA_VERSION`):
       throughput, goodput, slo_attainment), fairness (Jain over service ÷ fair share,
       slowdown Jain and worst ratio, service difference, windowed Jain, starvation), drift
       (TTFT p99 per rolling window, drift with CI and trend test, queue-depth variance), and
-      overall.latency_ci_ms (exact bootstrap CIs of p50/p90/p99).
+      latency_ci_ms in every group (exact bootstrap CIs of p50/p90/p99), and a per-workload
+      block beside tenants and classes.
 
 Requests are counted in the measurement window: intended time in [warmup, duration − cooldown].
 Throughput divides by the window's length. A run marked INVALID stays INVALID in every output.
@@ -148,11 +149,18 @@ def build_summary(
         "tenants": {},
         "slo_classes": {},
     }
-    for key, column in (("tenants", "tenant"), ("slo_classes", "slo_class")):
+    summary["workloads"] = {}
+    for key, column in (
+        ("tenants", "tenant"),
+        ("slo_classes", "slo_class"),
+        ("workloads", "workload"),
+    ):
         values = df[column].to_numpy()
         for name in sorted(set(values)):
             rows = values == name
-            summary[key][name] = group_block(df[rows].reset_index(drop=True), met[rows], window)
+            group = df[rows].reset_index(drop=True)
+            summary[key][name] = group_block(group, met[rows], window)
+            summary[key][name]["latency_ci_ms"] = latency_cis(group)
     summary["fairness"] = fairness_block(df, {t.id: t.weight for t in scn.tenants})
     if len(df):
         summary["fairness"].update(slowdown_block(df, scn))
