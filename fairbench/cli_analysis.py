@@ -44,24 +44,17 @@ def verdict_table(comparison: Comparison, title: str) -> Table:
     return table
 
 
-def set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
-    node = data
-    keys = dotted.split(".")
-    for key in keys[:-1]:
-        node = node.setdefault(key, {})
-        if not isinstance(node, dict):
-            raise typer.BadParameter(f"{dotted}: {key} is not a mapping")
-    node[keys[-1]] = value
-
-
 def variant(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    data = json.loads(json.dumps(raw))
+    """The scenario with each PATH=VALUE applied (VALUE read as YAML)."""
+    from fairbench.sweep import apply
+
+    params = {}
     for item in overrides:
         path, sep, text = item.partition("=")
         if not sep:
             raise typer.BadParameter(f"{item!r}: use PATH=VALUE, e.g. scheduler.policy=dwrr")
-        set_path(data, path.strip(), read_yaml(text))
-    return data
+        params[path.strip()] = read_yaml(text)
+    return apply(raw, params)
 
 
 def register(app: typer.Typer) -> None:

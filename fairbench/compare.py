@@ -250,6 +250,12 @@ def check_comparable(a: RunData, b: RunData) -> None:
             )
 
 
+def _unevaluable(metric: Metric, a: float, b: float, change: float) -> Verdict:
+    """A metric that cannot be judged: reported as such, never as a significant change."""
+    nan = math.nan
+    return Verdict(metric.name, a, b, change, nan, nan, nan, "cannot evaluate", metric.absolute)
+
+
 def compare_pairs(
     pairs: list[tuple[RunData, RunData]],
     metric_list: list[Metric],
@@ -290,19 +296,7 @@ def compare_pairs(
         a_val, b_val = float(np.mean(base_a)), float(np.mean(base_b))
         usable = bool(np.all(np.isfinite(base_a)) and np.all(np.isfinite(base_b)))
         if not usable or (not metric.absolute and a_val == 0):
-            comparison.verdicts.append(
-                Verdict(
-                    metric.name,
-                    a_val,
-                    b_val,
-                    math.nan,
-                    math.nan,
-                    math.nan,
-                    math.nan,
-                    "cannot evaluate",
-                    metric.absolute,
-                )
-            )
+            comparison.verdicts.append(_unevaluable(metric, a_val, b_val, math.nan))
             continue
         point = (b_val - a_val) if metric.absolute else (b_val - a_val) / a_val
         # Hierarchical bootstrap: draw pairs (the run is the unit of replication), then time
@@ -320,20 +314,8 @@ def compare_pairs(
                 total += (vb - va) if metric.absolute else (vb - va) / va
             draws[d] = total / len(chosen)
         finite = draws[np.isfinite(draws)]
-        if len(finite) < resamples * 0.9:
-            comparison.verdicts.append(
-                Verdict(
-                    metric.name,
-                    a_val,
-                    b_val,
-                    point,
-                    math.nan,
-                    math.nan,
-                    math.nan,
-                    "cannot evaluate",
-                    metric.absolute,
-                )
-            )
+        if len(finite) < resamples * 0.9:  # the metric is undefined on too many resamples
+            comparison.verdicts.append(_unevaluable(metric, a_val, b_val, point))
             continue
         low, high = np.quantile(finite, [alpha, 1 - alpha])
         p = float(min(1.0, 2 * min((finite <= 0).mean(), (finite >= 0).mean())))

@@ -135,6 +135,16 @@ EXPECTED = {
 }
 
 
+async def run_against(target: OpenAITarget, plan: object, tmp_path: Path) -> None:
+    await target.open()
+    journal = JournalWriter(tmp_path / "j.jsonl")
+    try:
+        await Executor(plan, target, journal, ExecOptions(timeout_s=5)).run()  # type: ignore[arg-type]
+    finally:
+        await target.close()
+        journal.close()
+
+
 async def test_stream_shapes_and_failures(server_url: str, tmp_path: Path) -> None:
     plan = make_plan(rate=40, duration="0.5s")
     target = ModeTarget(
@@ -144,13 +154,7 @@ async def test_stream_shapes_and_failures(server_url: str, tmp_path: Path) -> No
         tenant_keys={"a": "k-tenant-a"},
         class_extra_body={"interactive": {"priority": 1}},
     )
-    await target.open()
-    journal = JournalWriter(tmp_path / "j.jsonl")
-    try:
-        await Executor(plan, target, journal, ExecOptions(timeout_s=5)).run()
-    finally:
-        await target.close()
-        journal.close()
+    await run_against(target, plan, tmp_path)
     rows = {r["request_id"]: r for r in read_journal(tmp_path / "j.jsonl")}
     assert len(rows) == len(plan) == 20
     for i, row in rows.items():
@@ -169,12 +173,6 @@ async def test_stream_shapes_and_failures(server_url: str, tmp_path: Path) -> No
 async def test_connect_error_is_recorded(tmp_path: Path) -> None:
     plan = make_plan(rate=10, duration="0.3s")
     target = OpenAITarget("http://127.0.0.1:9")  # nothing listens on the discard port
-    await target.open()
-    journal = JournalWriter(tmp_path / "j.jsonl")
-    try:
-        await Executor(plan, target, journal, ExecOptions(timeout_s=5)).run()
-    finally:
-        await target.close()
-        journal.close()
+    await run_against(target, plan, tmp_path)
     rows = read_journal(tmp_path / "j.jsonl")
     assert rows and all((r["status"], r["error_kind"]) == ("error", "connect") for r in rows)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from reference_scheduler.config import parse_scheduler_config
+from reference_scheduler.engine import Engine
 from reference_scheduler.job import Job
 from reference_scheduler.sim import simulate
 
@@ -25,6 +26,23 @@ def config(mode: str, **extra: object) -> object:
             "preemption": {"mode": mode, **extra},
         }
     )
+
+
+def simulate_engine(jobs: list[Job], cfg: object) -> Engine:
+    """Simulate and hand back the engine, to read its preemption counters and log."""
+    engines: list[Engine] = []
+    original = Engine.__init__
+
+    def spy(self, *a, **k):  # type: ignore[no-untyped-def]
+        original(self, *a, **k)
+        engines.append(self)
+
+    Engine.__init__ = spy  # type: ignore[method-assign]
+    try:
+        simulate(jobs, cfg)  # type: ignore[arg-type]
+    finally:
+        Engine.__init__ = original  # type: ignore[method-assign]
+    return engines[0]
 
 
 def mixed(seed: int = 1, n: int = 300) -> list[Job]:
@@ -107,21 +125,7 @@ def test_the_same_plan_decodes_the_same_tokens_under_every_mode() -> None:
 def test_swap_moves_twice_the_context_per_round_trip() -> None:
     jobs = mixed(seed=2)
     cfg = config("swap")
-    from reference_scheduler.engine import Engine
-
-    engine_holder: list[Engine] = []
-    original = Engine.__init__
-
-    def spy(self, *a, **k):  # type: ignore[no-untyped-def]
-        original(self, *a, **k)
-        engine_holder.append(self)
-
-    Engine.__init__ = spy  # type: ignore[method-assign]
-    try:
-        simulate(jobs, cfg)
-    finally:
-        Engine.__init__ = original  # type: ignore[method-assign]
-    pre = engine_holder[0].preemption
+    pre = simulate_engine(jobs, cfg).preemption
     out = [(job, tokens) for _, what, job, tokens in pre.log if what == "preempt"]
     back = [(job, tokens) for _, what, job, tokens in pre.log if what == "swap_in"]
     assert out and sorted(out) == sorted(back)  # every swap-out came back, same size
@@ -182,21 +186,7 @@ def test_the_budget_turns_the_next_preemption_into_a_demotion() -> None:
         Job(10 + k, "chat", "interactive", 10, 5, 100_000_000 * (k + 1), priority=0)
         for k in range(4)
     ]
-    from reference_scheduler.engine import Engine
-
-    engines: list[Engine] = []
-    original = Engine.__init__
-
-    def spy(self, *a, **k):  # type: ignore[no-untyped-def]
-        original(self, *a, **k)
-        engines.append(self)
-
-    Engine.__init__ = spy  # type: ignore[method-assign]
-    try:
-        simulate(bulk + urgent, cfg)
-    finally:
-        Engine.__init__ = original  # type: ignore[method-assign]
-    pre = engines[0].preemption
+    pre = simulate_engine(bulk + urgent, cfg).preemption
     assert pre.suffered["bulk"] == 2  # the budget
     assert pre.demotions >= 1
     demoted = [job for _, what, job, _ in pre.log if what == "demote"]
@@ -219,21 +209,7 @@ def test_recompute_re_prefills_the_lost_context_minus_cache_hits() -> None:
     warm = Job(0, "bulk", "batch", 1024, 1, 0, priority=1, block_hashes=hashes)
     batch = Job(1, "bulk", "batch", 1024, 50, 100_000_000, priority=1, block_hashes=hashes)
     urgent = Job(2, "chat", "interactive", 10, 2, 150_000_000, priority=0)
-    from reference_scheduler.engine import Engine
-
-    engines: list[Engine] = []
-    original = Engine.__init__
-
-    def spy(self, *a, **k):  # type: ignore[no-untyped-def]
-        original(self, *a, **k)
-        engines.append(self)
-
-    Engine.__init__ = spy  # type: ignore[method-assign]
-    try:
-        simulate([warm, batch, urgent], cfg)
-    finally:
-        Engine.__init__ = original  # type: ignore[method-assign]
-    pre = engines[0].preemption
+    pre = simulate_engine([warm, batch, urgent], cfg).preemption
     ((_, _, victim, lost),) = [e for e in pre.log if e[1] == "preempt"]
     ((_, _, again, redo),) = [e for e in pre.log if e[1] == "recompute"]
     assert victim == again == 1

@@ -129,10 +129,9 @@ def _journal_rows(run_dir: Path) -> list[dict]:
     return rows
 
 
-def test_kill_9_loses_at_most_the_last_second(tmp_path: Path) -> None:
-    out = tmp_path / "killed"
-    path = scenario_file(tmp_path, "reference", duration="30s", rate="20/s", output=4)
-    proc = subprocess.Popen(
+def start_run(path: Path, out: Path, **popen: object) -> subprocess.Popen[str]:
+    """`fairbench run` in its own process, one generator worker, as a user would start it."""
+    return subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -146,9 +145,16 @@ def test_kill_9_loses_at_most_the_last_second(tmp_path: Path) -> None:
             "1",
         ],
         cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
+        text=True,
+        **popen,
+    )  # type: ignore[call-overload]
+
+
+def test_kill_9_loses_at_most_the_last_second(tmp_path: Path) -> None:
+    out = tmp_path / "killed"
+    path = scenario_file(tmp_path, "reference", duration="30s", rate="20/s", output=4)
+    proc = start_run(
+        path, out, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )
     # Estimate t0 from the first flushed record: t0 <= seen_at - t_done (it was done before seen).
     deadline = time.monotonic() + 60
@@ -184,24 +190,7 @@ def test_kill_9_loses_at_most_the_last_second(tmp_path: Path) -> None:
 def test_ctrl_c_gives_a_clean_partial_run(tmp_path: Path) -> None:
     out = tmp_path / "interrupted"
     path = scenario_file(tmp_path, "reference", duration="60s", rate="10/s")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "fairbench.cli",
-            "run",
-            str(path),
-            "--out",
-            str(out),
-            "--quiet",
-            "--workers",
-            "1",
-        ],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_run(path, out, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and len(_journal_rows(out)) < 15:
         time.sleep(0.05)
