@@ -122,6 +122,7 @@ def _register_optional_commands() -> None:
     cli_run.register(app)
     cli_analysis.register(app)
     cli_analysis.register_sweeps(app)
+    cli_analysis.register_gate(app)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -284,3 +284,47 @@ def register_sweeps(app: typer.Typer) -> None:
                 markup=False,
                 highlight=False,
             )
+
+
+def register_gate(app: typer.Typer) -> None:
+    @app.command()
+    def gate(
+        candidate: Annotated[Path, typer.Option(help="candidate run directory or summary.json")],
+        rules: Annotated[Path, typer.Option(help="rules file (YAML)")],
+        baseline: Annotated[Path | None, typer.Option(help="baseline run or summary.json")] = None,
+        junit: Annotated[Path | None, typer.Option(help="write JUnit XML here")] = None,
+        markdown: Annotated[Path | None, typer.Option(help="write Markdown here")] = None,
+    ) -> None:
+        """Judge a candidate run against rules (and a baseline): exit 0 pass, 1 regression,
+        2 cannot evaluate."""
+        from fairbench.gate import (
+            GateError,
+            as_junit,
+            as_markdown,
+            as_text,
+            evaluate,
+            exit_code,
+            load_rules,
+            load_summary,
+        )
+
+        try:
+            rule_list = load_rules(rules)
+            cand = load_summary(candidate)
+            base = load_summary(baseline) if baseline is not None else None
+        except GateError as error:
+            for line in error.lines:
+                err.print(
+                    f"{rules}: {line}" if "rules" in line else line, markup=False, highlight=False
+                )
+            raise typer.Exit(2) from None
+        results, blocker = evaluate(rule_list, base, cand)
+        sys.stdout.write(as_text(results, blocker))
+        if junit is not None:
+            junit.parent.mkdir(parents=True, exist_ok=True)
+            junit.write_text(as_junit(results, blocker), encoding="utf-8")
+        if markdown is not None:
+            markdown.parent.mkdir(parents=True, exist_ok=True)
+            with markdown.open("a", encoding="utf-8") as handle:  # $GITHUB_STEP_SUMMARY appends
+                handle.write(as_markdown(results, blocker))
+        raise typer.Exit(exit_code(results, blocker))

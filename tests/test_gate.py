@@ -1,0 +1,160 @@
+"""The CI gate: rule parsing, golden outputs, and this project's own dogfood gate."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from fairbench.gate import (
+    GateError,
+    as_junit,
+    as_markdown,
+    as_text,
+    evaluate,
+    exit_code,
+    parse_rules,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+GOLDEN = Path(__file__).parent / "golden"
+
+RULES = parse_rules(
+    {
+        "rules": [
+            "valid == true",
+            "jain_slowdown >= 0.8",
+            "slo_attainment.interactive >= 0.95",
+            "ttft_p99.interactive: no significant increase > 10%",
+            "goodput >= 5",
+        ]
+    }
+)
+
+
+def summary(
+    p99: float, ci: tuple[float, float], attainment: float, jain: float, valid: bool = True
+) -> dict[str, Any]:
+    return {
+        "schema_version": 1,
+        "scenario": "golden",
+        "valid": valid,
+        "invalid_reasons": [] if valid else ["generator fell behind: send lag p99 9 ms > 5 ms"],
+        "overall": {"goodput": {"requests_per_s": 12.5}},
+        "fairness": {"jain_slowdown": jain},
+        "slo_classes": {
+            "interactive": {
+                "slo_attainment": attainment,
+                "latency_ms": {"ttft": {"p99": p99}},
+                "latency_ci_ms": {
+                    "ttft": {"p99": {"value": p99, "ci_low": ci[0], "ci_high": ci[1], "n": 1000}}
+                },
+            }
+        },
+    }
+
+
+BASELINE = summary(200.0, (190.0, 210.0), 0.97, 0.91)
+CASES = {
+    # +4% and overlapping intervals: noise, not a regression
+    "pass": summary(208.0, (198.0, 219.0), 0.96, 0.90),
+    # +50%, separate intervals; fairness below its floor; attainment below its floor
+    "fail": summary(300.0, (285.0, 320.0), 0.90, 0.70),
+    # an INVALID candidate cannot be judged
+    "unevaluable": summary(208.0, (198.0, 219.0), 0.96, 0.90, valid=False),
+}
+
+
+@pytest.mark.parametrize(("case", "code"), [("pass", 0), ("fail", 1), ("unevaluable", 2)])
+def test_golden_outputs(case: str, code: int) -> None:
+    results, blocker = evaluate(RULES, BASELINE, CASES[case])
+    assert exit_code(results, blocker) == code
+    for suffix, render in (("txt", as_text), ("xml", as_junit), ("md", as_markdown)):
+        expected = (GOLDEN / f"gate-{case}.{suffix}").read_text(encoding="utf-8")
+        assert render(results, blocker) == expected, f"gate-{case}.{suffix}"
+
+
+def test_a_baseline_of_another_scenario_blocks_the_gate() -> None:
+    other = copy.deepcopy(BASELINE)
+    other["scenario"] = "something-else"
+    results, blocker = evaluate(RULES, other, CASES["pass"])
+    assert exit_code(results, blocker) == 2
+    assert blocker is not None and "scenario" in blocker
+
+
+def test_a_missing_figure_is_an_error_with_a_hint() -> None:
+    results, blocker = evaluate(parse_rules({"rules": ["goodptu >= 1"]}), None, CASES["pass"])
+    assert exit_code(results, blocker) == 2
+    assert results[0].outcome == "error" and "did you mean goodput?" in results[0].detail
+
+
+@pytest.mark.parametrize(
+    ("rule", "message"),
+    [
+        ("jain >= high", "'high' is not a number"),
+        ("jain => 0.9", "cannot read 'jain => 0.9'"),
+        ("ttft_p99: no significant rise > 5%", "cannot read"),
+        (42, "a rule is a string"),
+    ],
+)
+def test_rule_typos_get_clear_errors(rule: object, message: str) -> None:
+    with pytest.raises(GateError) as info:
+        parse_rules({"rules": ["valid == true", rule]})
+    assert len(info.value.lines) == 1
+    assert info.value.lines[0].startswith("rules[1]: ") and message in info.value.lines[0]
+
+
+def test_yaml_mapping_form_of_a_relative_rule_is_read() -> None:
+    rules = parse_rules(yaml.safe_load("rules:\n  - ttft_p99: no significant increase > 5%\n"))
+    assert rules[0].relative and rules[0].threshold == pytest.approx(0.05)
+
+
+def gate_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "fairbench.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
+
+
+def run_dogfood(tmp_path: Path, name: str, policy: str, seed: int) -> Path:
+    data = yaml.safe_load((REPO / "scenarios" / "gate-dogfood.yaml").read_text())
+    data["scheduler"]["policy"] = policy
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    out = tmp_path / name
+    assert (
+        gate_cli("run", str(path), "--out", str(out), "--quiet", "--seed", str(seed)).returncode
+        == 0
+    )
+    return out
+
+
+def test_the_dogfood_gate_fails_fifo_and_passes_another_seed(tmp_path: Path) -> None:
+    rules = str(REPO / ".ci" / "gate.yaml")
+    baseline = str(REPO / ".ci" / "baseline-summary.json")
+    unfair = run_dogfood(tmp_path, "fifo", "fifo", 1)
+    result = gate_cli(
+        "gate",
+        "--baseline",
+        baseline,
+        "--candidate",
+        str(unfair),
+        "--rules",
+        rules,
+        "--junit",
+        str(tmp_path / "j.xml"),
+    )
+    assert result.returncode == 1, result.stdout
+    assert "gate: FAIL: regression" in result.stdout
+    assert "<failure" in (tmp_path / "j.xml").read_text()
+    fair = run_dogfood(tmp_path, "seed7", "dwrr", 7)
+    result = gate_cli("gate", "--baseline", baseline, "--candidate", str(fair), "--rules", rules)
+    assert result.returncode == 0, result.stdout
