@@ -123,6 +123,7 @@ def _register_optional_commands() -> None:
     cli_analysis.register(app)
     cli_analysis.register_sweeps(app)
     cli_analysis.register_gate(app)
+    cli_analysis.register_report(app)
 
 
 def main(argv: list[str] | None = None) -> None:

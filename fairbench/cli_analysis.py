@@ -230,7 +230,15 @@ def register_sweeps(app: typer.Typer) -> None:
         out.print(
             front_table(f"sweep of {file}", labels, [r["summary"] for r in rows], names, senses)
         )
-        out.print(f"results in {base}", markup=False, highlight=False)
+        from fairbench.report import pareto_report
+
+        (base / "report.html").write_text(
+            pareto_report(
+                labels, [r["summary"] for r in rows], names[0], names[1], (senses[0], senses[1])
+            ),
+            encoding="utf-8",
+        )
+        out.print(f"results and report.html in {base}", markup=False, highlight=False)
 
     @app.command()
     def pareto(
@@ -328,3 +336,69 @@ def register_gate(app: typer.Typer) -> None:
             with markdown.open("a", encoding="utf-8") as handle:  # $GITHUB_STEP_SUMMARY appends
                 handle.write(as_markdown(results, blocker))
         raise typer.Exit(exit_code(results, blocker))
+
+
+def register_report(app: typer.Typer) -> None:
+    @app.command()
+    def report(
+        runs: Annotated[list[Path] | None, typer.Argument(help="run directories")] = None,
+        compare_runs: Annotated[bool, typer.Option("--compare", help="RUNS are A B")] = False,
+        quarterly: Annotated[bool, typer.Option(help="the A/B document from --a/--b runs")] = False,
+        a: Annotated[list[Path] | None, typer.Option("--a")] = None,
+        b: Annotated[list[Path] | None, typer.Option("--b")] = None,
+        history: Annotated[bool, typer.Option(help="RUNS over time, with step detection")] = False,
+        metric: Annotated[list[str] | None, typer.Option(help="metrics for --history")] = None,
+        out_file: Annotated[Path | None, typer.Option("--out")] = None,
+    ) -> None:
+        """Write HTML reports (offline, self-contained): per run, an A/B document, or history."""
+        from fairbench.report import comparison_report, history_report, write_run_report
+
+        runs = list(runs or [])
+        if history:
+            summaries = [json.loads((r / "summary.json").read_text()) for r in runs]
+            order = sorted(
+                range(len(runs)),
+                key=lambda k: json.loads((runs[k] / "run.json").read_text()).get("started_at", ""),
+            )
+            names = metric or ["ttft_p99", "goodput", "jain_slowdown", "worst_slowdown_ratio"]
+            page = history_report(
+                [summaries[k] for k in order], [runs[k].name for k in order], names
+            )
+            target = out_file or Path("reports") / "history.html"
+        elif compare_runs or quarterly:
+            a_dirs = list(a or []) + ([runs[0]] if compare_runs and runs else [])
+            b_dirs = list(b or []) + ([runs[1]] if compare_runs and len(runs) > 1 else [])
+            try:
+                comparison = compare_dirs(a_dirs, b_dirs)
+            except CompareRefused as error:
+                err.print(f"cannot compare: {error}", markup=False, highlight=False)
+                raise typer.Exit(2) from None
+            changed = _what_changed(a_dirs[0], b_dirs[0])
+            page = comparison_report(comparison, a_dirs, b_dirs, "Scheduler A/B report", changed)
+            target = out_file or Path("reports") / "ab-report.html"
+        else:
+            for run in runs:
+                write_run_report(run)
+                out.print(
+                    f"wrote {run / 'report.html'} and {run / 'summary.md'}",
+                    markup=False,
+                    highlight=False,
+                )
+            return
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(page, encoding="utf-8")
+        out.print(f"wrote {target}", markup=False, highlight=False)
+
+
+def _what_changed(a_dir: Path, b_dir: Path) -> str:
+    """The scenario lines that differ between arm A and arm B (the scheduler, usually)."""
+    import difflib
+
+    a_text = (a_dir / "scenario.yaml").read_text(encoding="utf-8").splitlines()
+    b_text = (b_dir / "scenario.yaml").read_text(encoding="utf-8").splitlines()
+    diff = [
+        line
+        for line in difflib.unified_diff(a_text, b_text, "A", "B", lineterm="", n=0)
+        if not line.startswith("@@")
+    ]
+    return "\n".join(diff) or "the scenarios are identical (runs differ by seed or target)"

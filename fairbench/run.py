@@ -65,6 +65,7 @@ class RunOptions:
     reports_dir: Path = Path("reports")
     progress: bool = True
     base_url: str | None = None  # override the target's URL
+    report: bool = True  # write report.html and summary.md into the run directory
 
 
 @dataclass
@@ -456,7 +457,12 @@ def execute_run(
         rows = []
         for journal in sorted(run_dir.glob("journal*.jsonl")):
             rows.extend(read_journal(journal))
-    return _finish(run_dir, scn, plan, rows, header, info, stopped, loop_lags, workers)
+    outcome = _finish(run_dir, scn, plan, rows, header, info, stopped, loop_lags, workers)
+    if options.report:
+        from fairbench.report import write_run_report
+
+        write_run_report(run_dir)
+    return outcome
 
 
 def _finish(
