@@ -48,14 +48,9 @@ def sim_run(scn: Scenario, seed: int, policy: str, noise_seed: int) -> RunData:
 
 
 def test_refuses_runs_of_different_plans_and_says_which(tmp_path: Path) -> None:
-    scn = INCIDENT.model_copy(
-        update={
-            "target": INCIDENT.target.model_copy(update={"kind": "sim"}),
-            "run": INCIDENT.run.model_copy(
-                update={"duration": 20.0, "warmup": 0.0, "cooldown": 0.0}
-            ),
-        }
-    )
+    short = INCIDENT.run.model_copy(update={"duration": 20.0, "warmup": 0.0, "cooldown": 0.0})
+    tenants = [t.model_copy(update={"phases": []}) for t in INCIDENT.tenants]
+    scn = INCIDENT.model_copy(update={"run": short, "tenants": tenants})
     a = execute_run(scn, RunOptions(out=tmp_path / "a", seed=1)).run_dir
     b = execute_run(scn, RunOptions(out=tmp_path / "b", seed=2)).run_dir
     with pytest.raises(CompareRefused, match="no B run replayed the plan"):

@@ -187,13 +187,13 @@ def browser_check(
 )
 def test_the_report_renders_in_a_real_browser_offline(tmp_path: Path) -> None:
     pytest.importorskip("playwright", reason="playwright is in the dev extra")
-    # a 100k-request run: plots are downsampled, so the page still opens quickly
+    # a 100k-request run: plots are downsampled (how fast it opens is measured by
+    # benchmarks/bench_report.py; speed is not asserted in tests)
     run = sim_run(tmp_path, "big", "vtc", rate=1600)
     shot = tmp_path / "report.png"
-    plots, rendered, errors, fetched, loaded = browser_check(run / "report.html", shot)
+    plots, rendered, errors, fetched, _ = browser_check(run / "report.html", shot)
     assert errors == [] and fetched == []
     assert plots >= 13 and rendered == plots
-    assert loaded < 2.0, f"opened in {loaded:.2f} s"
     assert shot.stat().st_size > 50_000
     keep = os.environ.get("FAIRBENCH_SCREENSHOT_DIR")
     if keep:  # CI can keep it for people to look at
