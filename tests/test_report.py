@@ -198,3 +198,26 @@ def test_the_report_renders_in_a_real_browser_offline(tmp_path: Path) -> None:
     keep = os.environ.get("FAIRBENCH_SCREENSHOT_DIR")
     if keep:  # CI can keep it for people to look at
         shutil.copy(shot, Path(keep) / "report.png")
+
+
+def test_report_cli_quarterly_and_history(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    a, b = sim_run(tmp_path, "a", "fifo"), sim_run(tmp_path, "b", "dwrr")
+    cli = [sys.executable, "-m", "fairbench.cli", "report"]
+    out = tmp_path / "q.html"
+    done = subprocess.run(
+        [*cli, "--quarterly", "--a", str(a), "--b", str(b), "--out", str(out)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    page = out.read_text()
+    assert "What changed" in page and "policy: dwrr" in page and "Verdicts (B vs A)" in page
+    hist = tmp_path / "h.html"
+    done = subprocess.run(
+        [*cli, "--history", str(a), str(b), "--out", str(hist)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert 'id="history-0"' in hist.read_text()
