@@ -330,6 +330,10 @@ class TargetSpec(_Model):
     extra_body: dict[str, Any] = Field(default_factory=dict)
     class_extra_body: dict[str, dict[str, Any]] = Field(default_factory=dict)
     ignore_eos: bool = True
+    faults: dict[str, Any] | None = Field(
+        None,
+        description="reference target only: failures to inject (see reference_scheduler/faults.py)",
+    )
 
 
 class HealthSpec(_Model):
@@ -449,6 +453,13 @@ def parse_scenario(
     problems = _cross_check(scn)
     if scn.scheduler:
         problems += _check_scheduler_block(scn.scheduler)
+    if scn.target.faults is not None:
+        from reference_scheduler.faults import FaultSpec
+
+        try:
+            FaultSpec.model_validate(scn.target.faults)
+        except ValidationError as error:
+            problems += [f"target.faults.{line}" for line in lines_from(error)]
     if problems:
         raise ScenarioError(problems, source)
     if base_dir is not None and scn.traces:

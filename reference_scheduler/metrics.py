@@ -32,6 +32,7 @@ class _EngineCounters(Collector):
 
     def __init__(self) -> None:
         self.engine: Any = None
+        self.metrics_faults: Any = None
 
     def collect(self) -> Any:
         engine = self.engine
@@ -68,6 +69,14 @@ class _EngineCounters(Collector):
         for (tenant, cls), n in sorted(pre.by_tenant_class.items()):
             preempt.add_metric([tenant, cls], n)
         yield preempt
+        faults = self.metrics_faults
+        if faults is not None:
+            injected = CounterMetricFamily(
+                "scheduler_faults_injected", "Faults injected", labels=["kind"]
+            )
+            for kind, n in sorted(faults.injected.items()):
+                injected.add_metric([kind], n)
+            yield injected
         for name, doc, value in (
             ("scheduler_demotions", "Waiting jobs moved down a tier", pre.demotions),
             ("scheduler_promotions", "Waiting jobs moved back up a tier", pre.promotions),
@@ -92,6 +101,7 @@ class SchedulerMetrics:
         r = self.registry = CollectorRegistry()
         self._engine_counters = _EngineCounters()
         r.register(self._engine_counters)
+        self.faults: Any = None  # set by the server: injected faults are counted on scrape
         self.wait = Histogram(
             "scheduler_wait_time_seconds",
             "Arrival to admission",
@@ -158,6 +168,7 @@ class SchedulerMetrics:
     def refresh(self, engine: Any) -> None:
         """Gauges that are cheaper to read on scrape than to keep current on every step."""
         self._engine_counters.engine = engine
+        self._engine_counters.metrics_faults = self.faults
         policy = engine.policy
         self.depth.set(len(policy))
         self.running.set(sum(rep.slots for rep in engine.replicas))

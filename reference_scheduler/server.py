@@ -29,6 +29,7 @@ import orjson
 from aiohttp import web
 
 from reference_scheduler.engine import Engine, StepResult
+from reference_scheduler.faults import FaultRule, Faults
 from reference_scheduler.job import Job
 from reference_scheduler.metrics import SchedulerMetrics
 from reference_scheduler.openapi import OPENAPI
@@ -193,6 +194,8 @@ class Api:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         self.metrics = SchedulerMetrics()
+        self.faults = Faults(config.spec.faults)
+        self.metrics.faults = self.faults
         self.driver: RealtimeDriver | None = None
         self.created = int(time.time())
 
@@ -339,6 +342,11 @@ class Api:
         except BadRequest as error:
             return error_response(error)
         assert self.driver is not None
+        key = request.headers.get("X-Request-Id") or f"job-{job.id}"
+        fault = self.faults.pick(key, tenant.id, stream_on)
+        refusal = self._fault_response(fault)
+        if refusal is not None:
+            return refusal
         stream, verdict = self.driver.submit(job)
         if stream is None:
             kind = "rate_limit_error" if verdict.code == 429 else "server_overloaded"
@@ -356,7 +364,9 @@ class Api:
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{job.id}"
         try:
             if stream_on:
-                return await self._sse(request, job, stream, rid, chat, usage_on)
+                return await self._sse(request, job, stream, rid, chat, usage_on, fault)
+            if fault is not None and fault.kind == "stall_first_token":
+                await asyncio.sleep(fault.seconds)
             return await self._whole(job, stream, rid, chat)
         finally:
             if job.status in ("waiting", "running"):
@@ -383,8 +393,32 @@ class Api:
             "total_tokens": job.prompt_tokens + produced,
         }
 
+    def _fault_response(self, fault: FaultRule | None) -> web.Response | None:
+        """Injected HTTP-level failures: the request never reaches the scheduler."""
+        if fault is None or fault.kind not in ("http_500", "overload_503", "rate_limit_429"):
+            return None
+        status = {"http_500": 500, "overload_503": 503, "rate_limit_429": 429}[fault.kind]
+        headers = {} if status == 500 else {"Retry-After": str(fault.retry_after_s)}
+        kind = {500: "server_error", 503: "server_overloaded", 429: "rate_limit_error"}[status]
+        return error_response(
+            BadRequest(
+                status,
+                f"injected fault: {fault.kind}",
+                kind,
+                code="injected_fault",
+                headers=headers,
+            )
+        )
+
     async def _sse(
-        self, request: web.Request, job: Job, stream: Stream, rid: str, chat: bool, usage_on: bool
+        self,
+        request: web.Request,
+        job: Job,
+        stream: Stream,
+        rid: str,
+        chat: bool,
+        usage_on: bool,
+        fault: FaultRule | None = None,
     ) -> web.StreamResponse:
         response = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -430,17 +464,35 @@ class Api:
             )
 
         produced = 0
+        kind_of = fault.kind if fault is not None else ""
+        write = response.write
+        if kind_of == "slow_loris":
+            write = self._dribble(response, fault.bytes_per_s)  # type: ignore[union-attr]
+        if kind_of == "stall_first_token":
+            await asyncio.sleep(fault.seconds)  # type: ignore[union-attr]
         if chat:
-            await response.write(chunk(None, None, role=True))
+            await write(chunk(None, None, role=True))
+        half = max(1, job.max_tokens // 2)
         while True:
             n, finished = await stream.take()
             if n:
                 text = self._text(job, produced, n)
                 produced += n
                 last = finished and produced >= job.max_tokens
-                await response.write(chunk(text, "length" if last else None))
+                payload = chunk(text, "length" if last and kind_of != "missing_done" else None)
+                if produced >= half and kind_of in (
+                    "drop_mid_stream",
+                    "bad_json",
+                    "truncated_event",
+                    "stall_mid_stream",
+                ):
+                    return await self._break_stream(request, response, payload, fault)  # type: ignore[arg-type]
+                await write(payload)
             if finished:
                 break
+        if kind_of == "missing_done":  # a clean end with no terminal event
+            await response.write_eof()
+            return response
         tail: dict[str, Any] = {}
         if usage_on:
             tail = {
@@ -465,6 +517,33 @@ class Api:
                 b"data: " + json.dumps(tail, separators=(",", ":")).encode() + b"\n\n"
             )
         await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    @staticmethod
+    def _dribble(response: web.StreamResponse, bytes_per_s: float):  # type: ignore[no-untyped-def]
+        async def write(data: bytes) -> None:
+            for k in range(len(data)):
+                await response.write(data[k : k + 1])
+                await asyncio.sleep(1.0 / bytes_per_s)
+
+        return write
+
+    async def _break_stream(
+        self, request: web.Request, response: web.StreamResponse, payload: bytes, fault: FaultRule
+    ) -> web.StreamResponse:
+        """Mid-stream faults: cut the connection, send a malformed or truncated event, or stall."""
+        if fault.kind == "stall_mid_stream":
+            await asyncio.sleep(fault.seconds)
+            await response.write(payload)
+        elif fault.kind == "drop_mid_stream":
+            if request.transport is not None:
+                request.transport.abort()  # the connection dies; no clean end
+            return response
+        elif fault.kind == "bad_json":
+            await response.write(b"data: {not json at all\n\n")
+        elif fault.kind == "truncated_event":
+            await response.write(payload[: len(payload) // 2])  # cut off, then a clean end
         await response.write_eof()
         return response
 

@@ -23,6 +23,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from reference_scheduler.config import SchedulerConfig, SchedulerConfigError, parse_scheduler_config
+from reference_scheduler.faults import FaultSpec
 from reference_scheduler.validation import lines_from
 
 
@@ -46,6 +47,7 @@ class ServerSpec(BaseModel):
     )
     timing_extension: bool = False
     max_tokens_limit: int = Field(32768, ge=1)
+    faults: FaultSpec | None = None  # see faults.py: seeded, counted failure injection
 
 
 class ServerConfig:

@@ -65,6 +65,7 @@ class ReferenceServer:
             ],
             "slo_classes": {name: c.priority for name, c in scn.slo_classes.items()},
             "timing_extension": True,
+            "faults": scn.target.faults,
         }
 
     def start(self) -> str:
