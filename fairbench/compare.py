@@ -41,11 +41,14 @@ class Cols:
     __slots__ = (
         "cls",
         "demand",
+        "done",
         "e2e",
         "met",
         "ok",
         "served",
         "size",
+        "slo_ttft",
+        "start",
         "t",
         "tenant",
         "tpot",
@@ -74,6 +77,14 @@ class Cols:
             + 2.0 * df["max_tokens"].to_numpy(dtype=float),
             size=np.maximum(size, 1.0),
             t=df["t_intended_ns"].to_numpy(dtype=float),
+            start=df["t_first_token_ns"]
+            .fillna(df["t_done_ns"])
+            .to_numpy(dtype=float, na_value=np.nan),
+            done=df["t_done_ns"].to_numpy(dtype=float, na_value=np.nan),
+            slo_ttft=np.array(
+                [(slos.get(c) or {}).get("ttft") or np.nan for c in df["slo_class"]], dtype=float
+            )
+            * 1e9,
         )
 
     def take(self, idx: np.ndarray) -> Cols:
@@ -150,6 +161,16 @@ def _ttft_p99_drift(c: Cols) -> float:
     return float(np.quantile(last, 0.99) / base - 1) if base > 0 else math.nan
 
 
+def _starved_share(c: Cols) -> float:
+    """Share of requests whose first response took over 10× their class's TTFT SLO, or never
+    came (timeouts, errors): the starvation the issue lists among fairness measures."""
+    has_slo = np.isfinite(c.slo_ttft)
+    if not has_slo.any():
+        return math.nan
+    late = ~c.ok | (c.ttft > 10 * c.slo_ttft)
+    return float(late[has_slo].mean())
+
+
 def default_metrics(classes: list[str], weights: np.ndarray) -> list[Metric]:
     out = [
         Metric("ttft_p99", "lower", 0.05, _quantile("ttft", 0.99)),
@@ -158,6 +179,7 @@ def default_metrics(classes: list[str], weights: np.ndarray) -> list[Metric]:
         Metric("tpot_p50", "lower", 0.05, _quantile("tpot", 0.50)),
         Metric("slo_attainment", "higher", 0.01, _attainment(None), absolute=True),
         Metric("jain_service", "higher", 0.02, _jain_service(weights), absolute=True),
+        Metric("starved_share", "lower", 0.01, _starved_share, absolute=True),
         Metric("worst_slowdown_ratio", "lower", 0.05, _worst_slowdown(len(weights))),
         Metric("ttft_p99_drift", "lower", 0.05, _ttft_p99_drift, absolute=True),
     ]

@@ -75,10 +75,12 @@ def test_dwrr_beats_fifo_on_the_incident_with_the_expected_sign() -> None:
     verdicts = {
         v.metric: v for v in compare_scenario_pairs(pairs, INCIDENT, resamples=400).verdicts
     }
-    slowdown = verdicts["worst_slowdown_ratio"]
-    # FIFO lets the bursting tenant slow everyone; DWRR isolates tenants: the slowest tenant's
-    # slowdown relative to the fastest drops.
-    assert slowdown.verdict == "better" and slowdown.diff < -0.2 and slowdown.ci_high < 0
+    starved = verdicts["starved_share"]
+    # FIFO lets the bursting tenant starve everyone behind it; DWRR across tenants lets the
+    # well-behaved ones through: fewer requests wait past 10x their SLO. (The worst/best
+    # slowdown ratio does not improve: DWRR makes the bursting tenant absorb its own burst,
+    # so the spread between tenants stays; FIFO's misery is equal. See docs/ci-gate.md.)
+    assert starved.verdict == "better" and starved.diff < -0.05 and starved.ci_high < 0
     assert verdicts["slo_attainment.interactive"].verdict == "better"
 
 

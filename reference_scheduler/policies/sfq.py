@@ -30,7 +30,7 @@ class Sfq(Dwrr):
         child: Callable[[], Policy],
         buckets: int = 64,
         perturb_s: float = 10.0,
-        quantum: float = 8192.0,
+        quantum: float = 1024.0,
         cost: str = "tokens",
         key: str = "tenant",
         seed: int = 0,

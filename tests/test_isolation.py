@@ -1,0 +1,115 @@
+"""Tenants that misbehave, and a server that dies: others keep their SLOs, nothing is lost."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from tests.test_server import free_port
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def fairbench(*args: str, **kw) -> subprocess.Popen[str]:  # type: ignore[no-untyped-def]
+    return subprocess.Popen(
+        [sys.executable, "-m", "fairbench.cli", *args],
+        cwd=REPO,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        **kw,
+    )
+
+
+def test_a_flood_is_shed_with_429_and_the_polite_tenant_keeps_its_slo(tmp_path: Path) -> None:
+    scenario = {
+        "name": "flood",
+        "workloads": {"chat": {"endpoint": "chat", "prompt_tokens": 40, "output_tokens": 32}},
+        "tenants": [
+            {"id": "flooder", "mix": "chat", "arrival": {"process": "poisson", "rate": "300/s"}},
+            {"id": "polite", "mix": "chat", "arrival": {"process": "poisson", "rate": "5/s"}},
+        ],
+        "run": {"duration": "4s", "grace": "15s", "seed": 2},
+        "target": {"kind": "reference"},
+        "scheduler": {
+            "policy": "vtc",
+            "max_num_seqs": 8,
+            "admission": {"max_queue_per_tenant": 10},
+        },
+    }
+    path = tmp_path / "flood.yaml"
+    path.write_text(yaml.safe_dump(scenario))
+    out = tmp_path / "run"
+    proc = fairbench("run", str(path), "--out", str(out), "--quiet", "--workers", "1")
+    proc.communicate(timeout=120)
+    records = pd.read_parquet(out / "records.parquet")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["accounting"]["holds"]
+    flood = records[records["tenant"] == "flooder"]
+    polite = records[records["tenant"] == "polite"]
+    rejected = flood[flood["status"] == "rejected"]
+    assert len(rejected) > len(flood) / 2  # most of the flood is shed ...
+    assert set(rejected["http_status"]) == {429}  # ... as this tenant's own limit, not overload
+    assert (rejected["retry_after_s"] >= 1).all()
+    assert (polite["status"] == "ok").all()  # ... and the polite tenant is never refused
+    polite_ttft = summary["tenants"]["polite"]["latency_ms"]["ttft"]["p99"]
+    assert polite_ttft < 300, polite_ttft  # interactive SLO: TTFT p99 <= 300 ms
+
+
+def test_a_server_killed_and_restarted_mid_run_loses_nothing(tmp_path: Path) -> None:
+    port = free_port()
+    config = tmp_path / "server.yaml"
+    config.write_text(
+        yaml.safe_dump({"model": "reference", "port": port, "scheduler": {"policy": "fifo"}})
+    )
+
+    def start_server() -> subprocess.Popen[str]:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "reference_scheduler", "serve", str(config)],
+            cwd=REPO,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        assert proc.stdout is not None and "listening" in proc.stdout.readline()
+        return proc
+
+    server = start_server()
+    scenario = {
+        "name": "restart",
+        "workloads": {"chat": {"endpoint": "chat", "prompt_tokens": 20, "output_tokens": 40}},
+        "tenants": [{"id": "a", "mix": "chat", "arrival": {"process": "constant", "rate": "20/s"}}],
+        "run": {"duration": "8s", "grace": "10s", "timeout": "10s"},
+        "target": {"kind": "openai", "base_url": f"http://127.0.0.1:{port}", "model": "reference"},
+    }
+    path = tmp_path / "restart.yaml"
+    path.write_text(yaml.safe_dump(scenario))
+    out = tmp_path / "run"
+    run = fairbench("run", str(path), "--out", str(out), "--quiet", "--workers", "1")
+    try:
+        time.sleep(3.0)
+        os.kill(server.pid, signal.SIGKILL)  # in-flight streams die with it
+        server.wait()
+        time.sleep(1.5)  # requests due now find nobody listening
+        server = start_server()
+        run.communicate(timeout=120)
+    finally:
+        server.terminate()
+        server.wait()
+    records = pd.read_parquet(out / "records.parquet")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["accounting"]["holds"] and len(records) == 160
+    errors = set(records.loc[records["status"] == "error", "error_kind"])
+    assert "connect" in errors  # while the server was down
+    assert errors <= {"connect", "dropped"}
+    late = records[records["t_intended_ns"] > 6.5e9]
+    assert (late["status"] == "ok").all()  # after the restart, served again
+    assert summary["generator_health"]["send_lag_ms"]["p99"] < 5.0
