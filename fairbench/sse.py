@@ -9,6 +9,8 @@ OpenAI stream may carry only `usage`; that is just another event here.
 
 from __future__ import annotations
 
+MAX_EVENT_BYTES = 4 << 20  # an event (or a line) larger than this is a broken stream
+
 
 class SSEParser:
     __slots__ = ("_buffer", "_data", "_pending_cr")
@@ -53,6 +55,9 @@ class SSEParser:
                 self._data.append(value[1:] if value.startswith(b" ") else value)
             # comments (":...") and other fields (event, id, retry) carry nothing we use
         self._buffer = buffer[start:]
+        if len(self._buffer) > MAX_EVENT_BYTES or sum(map(len, self._data)) > MAX_EVENT_BYTES:
+            # bounded memory: a server streaming bytes with no event boundary cannot grow us
+            raise ValueError(f"an SSE event over {MAX_EVENT_BYTES >> 20} MiB")
         return events
 
     @property

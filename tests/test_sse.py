@@ -52,3 +52,15 @@ def test_an_event_cut_off_by_the_end_is_partial_not_dispatched() -> None:
     parser = SSEParser()
     assert parser.feed(b'data: {"a":1}\n\ndata: {"b"') == [b'{"a":1}']
     assert parser.has_partial
+
+
+def test_an_endless_event_is_refused_not_buffered() -> None:
+    import pytest
+
+    from fairbench.sse import MAX_EVENT_BYTES
+
+    parser = SSEParser()
+    chunk = b"data: " + b"x" * (1 << 20)
+    with pytest.raises(ValueError, match="MiB"):
+        for _ in range(MAX_EVENT_BYTES // len(chunk) + 2):
+            parser.feed(chunk)

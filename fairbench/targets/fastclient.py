@@ -219,7 +219,13 @@ class _Response:
             if len(out.body) < limit:
                 out.body += data[: limit - len(out.body)]
             return
-        for event in self._sse.feed(data):
+        try:
+            events = self._sse.feed(data)
+        except ValueError as error:
+            out.fail("bad_stream", str(error))
+            self.done = self.close_after = True
+            return
+        for event in events:
             if out.status:
                 return
             self._event(event, t)
