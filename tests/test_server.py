@@ -283,3 +283,32 @@ def test_admission_refusal_is_503_with_retry_after_over_http() -> None:
     assert "scheduler_prefix_cache_queries_tokens_total" in metrics
     assert "scheduler_demotions_total 0.0" in metrics
     assert 'scheduler_queue_depth_by{dimension="tenant",name="default"}' in metrics
+
+
+def test_binds_loopback_unless_told_otherwise() -> None:
+    config = parse_server_config({**CONFIG, "port": 0})
+    assert config.spec.host == "127.0.0.1"
+    urls: list[str] = []
+    ready = threading.Event()
+    loop = asyncio.new_event_loop()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+
+        def on_ready(url: str) -> None:
+            urls.append(url)
+            ready.set()
+
+        task = loop.create_task(serve(config, None, None, on_ready))
+        with contextlib.suppress(asyncio.CancelledError):
+            loop.run_until_complete(task)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        assert ready.wait(10)
+        assert urls[0].startswith("http://127.0.0.1:"), urls
+    finally:
+        for task in asyncio.all_tasks(loop):
+            loop.call_soon_threadsafe(task.cancel)
+        thread.join(5)

@@ -9,11 +9,13 @@ the server accepts only for classes the tenant's traffic uses.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Mapping
@@ -35,6 +37,12 @@ def _tenant_classes(scn: Scenario, tenant: Tenant) -> list[str]:
         if cls and cls not in classes:
             classes.append(cls)
     return classes
+
+
+def _drain(stream: Any) -> None:
+    """Read and discard the server's later stdout, so its pipe can never fill."""
+    for _ in stream:
+        pass
 
 
 class ReferenceServer:
@@ -74,16 +82,24 @@ class ReferenceServer:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             yaml.safe_dump(self.config(), handle)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "reference_scheduler", "serve", str(path), "--port", "0"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        # stderr goes to a file, not a pipe: a pipe nobody reads fills at 64 KiB and would
+        # freeze the server mid-run the first time it logs a burst of warnings.
+        err_path = Path(self._dir.name) / "server.stderr"
+        with open(err_path, "wb") as err_file:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "reference_scheduler", "serve", str(path), "--port", "0"],
+                stdout=subprocess.PIPE,
+                stderr=err_file,
+                text=True,
+            )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().strip()
-        if not line.startswith("listening on "):
-            err = self.proc.stderr.read() if self.proc.stderr else ""
+        if line.startswith("listening on "):
+            threading.Thread(target=_drain, args=(self.proc.stdout,), daemon=True).start()
+        else:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=5)
+            err = err_path.read_text(errors="replace")[-4000:]
             self.stop()
             raise RuntimeError(f"the reference server did not start: {line} {err}".strip())
         self.url = line.removeprefix("listening on ")
