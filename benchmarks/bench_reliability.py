@@ -195,12 +195,33 @@ def soak(workdir: Path, minutes: float, rate: float) -> None:
         ],
     )
     frame.to_csv(workdir / "soak-curves.csv", index=False)
-    print(
-        f"curves: {workdir / 'soak-curves.csv'}; accounting {outcome.summary['accounting']['line']}"
-    )
+    _plot_curves(frame, workdir / "soak-curves.html")
+    print(f"curves: {workdir / 'soak-curves.html'} (and .csv)")
+    print(f"accounting: {outcome.summary['accounting']['line']}")
     verdict(all(g < 0.05 for g in growth.values()), "RSS grows < 5% after warm-up")
     verdict(all(abs(g) <= 2 for g in fd_growth.values()), "no file-descriptor growth")
     verdict(counts["ok"] == sum(counts.values()), "no error over the soak")
+
+
+def _plot_curves(frame: pd.DataFrame, path: Path) -> None:
+    """RSS and open fds of both processes over the soak, one self-contained page."""
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, subplot_titles=("RSS (MB)", "open fds"))
+    minutes = frame["t"] / 60
+    for row, suffix in enumerate(("rss", "fd"), start=1):
+        for proc, name in (("server", "server"), ("gen", "generator")):
+            fig.add_scatter(
+                x=minutes,
+                y=frame[f"{proc}_{suffix}"],
+                name=name,
+                row=row,
+                col=1,
+                showlegend=row == 1,
+            )
+    fig.update_xaxes(title_text="minutes", row=2, col=1)
+    fig.update_layout(title="soak: reference server and generator", height=600)
+    fig.write_html(path, include_plotlyjs=True)
 
 
 def _is_server(pid: int) -> bool:
