@@ -224,8 +224,8 @@ async def _live(
             t0 = await t0_source()
         else:
             t0 = time.perf_counter_ns() + int(exec_options.lead_s * 1e9)
-        if url:
-            scraper = Scraper(url)
+        if url and run_dir is not None:
+            scraper = Scraper(url, run_dir / "server_metrics.parquet")
             scraper.start(t0)
         if progress is not None:
 
@@ -243,7 +243,6 @@ async def _live(
             ticker.cancel()
         if scraper is not None and run_dir is not None:
             await scraper.stop(t0)
-            scraper.save(run_dir / "server_metrics.parquet")
         for sig in signals:
             loop.remove_signal_handler(sig)
         writer.close()

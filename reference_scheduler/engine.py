@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 
 import numpy as np
 
@@ -114,7 +115,12 @@ class Replica:
 
 
 class Engine:
-    def __init__(self, config: SchedulerConfig, policy: Policy | None = None) -> None:
+    def __init__(
+        self, config: SchedulerConfig, policy: Policy | None = None, *, keep_history: bool = True
+    ) -> None:
+        """`keep_history=False` is for the long-running server: the simulator needs every decode
+        step's end time and the preemption log to rebuild token times afterwards, a server
+        streams tokens as they happen and would only grow by ~40 bytes a step forever."""
         self.config = config
         self.profile = config.profile
         self.policy = policy if policy is not None else config.policy_factory()
@@ -122,6 +128,9 @@ class Engine:
         self.kv_blocks = config.kv_blocks
         self.max_model_len = config.max_model_len
         self.replicas = [Replica(i, self.kv_blocks) for i in range(config.replicas)]
+        if not keep_history:
+            for rep in self.replicas:
+                rep.decode_ends = deque(maxlen=1)  # type: ignore[assignment]
         self.policy.bind(config.replicas * self.profile.max_num_seqs)
         self._uses_charge = bool(getattr(self.policy, "uses_charge", True))
         self._seq = 0
@@ -136,6 +145,8 @@ class Engine:
         self.preemption = Preemption(
             spec.preemption or PreemptionSpec(), self.profile.kv_bytes_per_token
         )
+        if not keep_history:
+            self.preemption.log = deque(maxlen=1024)  # type: ignore[assignment]
         self.tier_ranks = sorted(spec.tier_ranks.items(), key=lambda kv: kv[1])
 
     # ------------------------------------------------------------------ requests

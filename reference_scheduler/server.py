@@ -71,7 +71,7 @@ class RealtimeDriver:
         clock: Callable[[], int] = time.perf_counter_ns,
     ) -> None:
         self.config = config
-        self.engine = Engine(config.scheduler)
+        self.engine = Engine(config.scheduler, keep_history=False)
         self.metrics = metrics
         self.clock = clock
         self.base = clock()

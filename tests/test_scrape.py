@@ -1,0 +1,48 @@
+"""The scraper writes samples to disk in row groups as the run goes and completes the file."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from aiohttp import web
+
+METRICS = '# TYPE q gauge\nq{tenant="a"} 1\nq{tenant="b"} 2\n# TYPE r counter\nr_total 3\n'
+
+
+def test_samples_reach_disk_in_row_groups(tmp_path: Path) -> None:
+    from fairbench.scrape import Scraper
+
+    async def main() -> Scraper:
+        app = web.Application()
+        app.router.add_get("/metrics", lambda _: web.Response(text=METRICS))
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        scraper = Scraper(f"http://127.0.0.1:{port}/metrics", tmp_path / "m.parquet", 0.01, 3)
+        t0 = time.perf_counter_ns()
+        scraper.start(t0)
+        for _ in range(200):  # bounded: until at least two row groups are on disk
+            await asyncio.sleep(0.02)
+            if scraper.scrapes >= 8:
+                break
+        await scraper.stop(t0)
+        await runner.cleanup()
+        return scraper
+
+    scraper = asyncio.run(main())
+    assert scraper.failures == 0 and scraper.scrapes >= 8
+    meta = pq.ParquetFile(tmp_path / "m.parquet").metadata
+    assert meta.num_row_groups >= 3
+    table = pq.read_table(tmp_path / "m.parquet").to_pandas()
+    assert len(table) == 3 * scraper.scrapes  # every sample of every scrape, none twice
+    assert set(table["metric"]) == {"q", "r_total"}
+    assert sorted(table.loc[table["metric"] == "q", "labels"].unique()) == [
+        '{"tenant": "a"}',
+        '{"tenant": "b"}',
+    ]
+    assert table["t_ns"].is_monotonic_increasing
