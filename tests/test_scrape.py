@@ -16,8 +16,11 @@ def test_samples_reach_disk_in_row_groups(tmp_path: Path) -> None:
     from fairbench.scrape import Scraper
 
     async def main() -> Scraper:
+        async def metrics(_: web.Request) -> web.Response:
+            return web.Response(text=METRICS)
+
         app = web.Application()
-        app.router.add_get("/metrics", lambda _: web.Response(text=METRICS))
+        app.router.add_get("/metrics", metrics)
         runner = web.AppRunner(app)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
