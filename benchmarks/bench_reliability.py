@@ -28,17 +28,9 @@ from _common import finish, show, verdict
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fairbench.run import RunOptions, execute_run
 from fairbench.scenario import parse_scenario
+from tests.test_faults import EXPECTED
 
-KINDS = {
-    "stall_first_token": ("timeout", None),
-    "drop_mid_stream": ("error", "dropped"),
-    "http_500": ("error", "http_5xx"),
-    "overload_503": ("rejected", "overloaded"),
-    "rate_limit_429": ("rejected", "rate_limited"),
-    "bad_json": ("error", "bad_stream"),
-    "missing_done": ("error", "stream_incomplete"),
-    "truncated_event": ("error", "stream_incomplete"),
-}
+KINDS = EXPECTED  # fault kind -> (status, error kind), shared with tests/test_faults.py
 
 
 def faults(workdir: Path) -> None:
