@@ -63,6 +63,7 @@ class Scraper:
         self._pending_scrapes = 0
         self._writer: pq.ParquetWriter | None = None
         self._task: asyncio.Task[None] | None = None
+        self._writing: asyncio.Future[None] | None = None
 
     async def scrape_once(self, session: aiohttp.ClientSession, t0_ns: int) -> None:
         try:
@@ -86,8 +87,10 @@ class Scraper:
             while True:
                 await self.scrape_once(session, t0_ns)
                 if self._pending_scrapes >= self.group_scrapes:
-                    # off the event loop: encoding a row group must not delay a send
-                    await asyncio.to_thread(self._write_group)
+                    # Off the event loop: encoding a row group must not delay a send. Shielded,
+                    # so that stop() can wait for a write in progress instead of racing it.
+                    self._writing = asyncio.ensure_future(asyncio.to_thread(self._write_group))
+                    await asyncio.shield(self._writing)
                 await asyncio.sleep(self.interval_s)
 
     def start(self, t0_ns: int) -> None:
@@ -98,6 +101,8 @@ class Scraper:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        if self._writing is not None:
+            await self._writing
         async with aiohttp.ClientSession() as session:
             await self.scrape_once(session, t0_ns)
         self._write_group()
