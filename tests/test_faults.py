@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -12,8 +10,7 @@ import pytest
 import yaml
 
 from fairbench.scenario import ScenarioError, parse_scenario
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.cli import run_cli
 
 # fault kind -> (status, error kind) the generator must record
 EXPECTED = {
@@ -64,24 +61,7 @@ def test_every_fault_becomes_the_right_record(tmp_path: Path) -> None:
     path = tmp_path / "faults.yaml"
     path.write_text(yaml.safe_dump(scenario))
     out = tmp_path / "run"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "fairbench.cli",
-            "run",
-            str(path),
-            "--out",
-            str(out),
-            "--quiet",
-            "--workers",
-            "1",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = run_cli("run", str(path), "--out", str(out), "--quiet", "--workers", "1")
     assert result.returncode in (0, 1), result.stderr
     records = pd.read_parquet(out / "records.parquet")
     summary = json.loads((out / "summary.json").read_text())

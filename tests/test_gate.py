@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +19,8 @@ from fairbench.gate import (
     exit_code,
     parse_rules,
 )
+from tests.cli import REPO, run_cli
 
-REPO = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).parent / "golden"
 
 RULES = parse_rules(
@@ -115,13 +114,7 @@ def test_yaml_mapping_form_of_a_relative_rule_is_read() -> None:
 
 
 def gate_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "fairbench.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=300,
-    )
+    return run_cli(*args, timeout=300)
 
 
 def run_dogfood(tmp_path: Path, name: str, policy: str, seed: int) -> Path:

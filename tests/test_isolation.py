@@ -13,20 +13,12 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from tests.cli import REPO, start_cli
 from tests.test_server import free_port
 
-REPO = Path(__file__).resolve().parents[1]
 
-
-def fairbench(*args: str, **kw) -> subprocess.Popen[str]:  # type: ignore[no-untyped-def]
-    return subprocess.Popen(
-        [sys.executable, "-m", "fairbench.cli", *args],
-        cwd=REPO,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        **kw,
-    )
+def fairbench(*args: str) -> subprocess.Popen[str]:
+    return start_cli(*args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 def test_a_flood_is_shed_with_429_and_the_polite_tenant_keeps_its_slo(tmp_path: Path) -> None:

@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,8 +15,7 @@ import pytest
 import yaml
 
 from fairbench.run import load_partial_run
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.cli import run_cli, start_cli
 
 
 def scenario_file(
@@ -53,21 +51,10 @@ def scenario_file(
     return path
 
 
-def fairbench(*args: str, **kw) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
-    return subprocess.run(
-        [sys.executable, "-m", "fairbench.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-        **kw,
-    )
-
-
 @pytest.mark.parametrize("kind", ["reference", "sim"])
 def test_run_writes_a_complete_run_directory(tmp_path: Path, kind: str) -> None:
     out = tmp_path / "run"
-    result = fairbench("run", str(scenario_file(tmp_path, kind)), "--out", str(out), "--quiet")
+    result = run_cli("run", str(scenario_file(tmp_path, kind)), "--out", str(out), "--quiet")
     assert result.returncode == 0, result.stderr + result.stdout
     assert "VALID" in result.stdout and "accounting: planned" in result.stdout
     for name in ("scenario.yaml", "plan.parquet", "records.parquet", "summary.json", "run.json"):
@@ -94,7 +81,7 @@ def test_run_writes_a_complete_run_directory(tmp_path: Path, kind: str) -> None:
 def test_two_worker_processes_share_t0_and_merge_by_request_id(tmp_path: Path) -> None:
     out = tmp_path / "sharded"
     path = scenario_file(tmp_path, "reference", duration="3s", rate="40/s")
-    result = fairbench("run", str(path), "--out", str(out), "--quiet", "--workers", "2")
+    result = run_cli("run", str(path), "--out", str(out), "--quiet", "--workers", "2")
     assert result.returncode == 0, result.stderr + result.stdout
     assert sorted(p.name for p in out.glob("journal-*.jsonl")) == [
         "journal-0.jsonl",
@@ -115,7 +102,7 @@ def test_same_seed_same_plan_digest_and_sim_results(tmp_path: Path) -> None:
     path = scenario_file(tmp_path, "sim")
     runs = [tmp_path / "a", tmp_path / "b"]
     for out in runs:
-        assert fairbench("run", str(path), "--out", str(out), "--quiet").returncode == 0
+        assert run_cli("run", str(path), "--out", str(out), "--quiet").returncode == 0
     a, b = (pd.read_parquet(out / "records.parquet") for out in runs)
     assert a.equals(b)
 
@@ -131,23 +118,7 @@ def _journal_rows(run_dir: Path) -> list[dict]:
 
 def start_run(path: Path, out: Path, **popen: object) -> subprocess.Popen[str]:
     """`fairbench run` in its own process, one generator worker, as a user would start it."""
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "fairbench.cli",
-            "run",
-            str(path),
-            "--out",
-            str(out),
-            "--quiet",
-            "--workers",
-            "1",
-        ],
-        cwd=REPO,
-        text=True,
-        **popen,
-    )  # type: ignore[call-overload]
+    return start_cli("run", str(path), "--out", str(out), "--quiet", "--workers", "1", **popen)
 
 
 def test_kill_9_loses_at_most_the_last_second(tmp_path: Path) -> None:
@@ -212,7 +183,7 @@ def test_closed_loop_runs_say_so(tmp_path: Path) -> None:
     path = tmp_path / "closed.yaml"
     path.write_text(yaml.safe_dump(data))
     out = tmp_path / "closed"
-    result = fairbench("run", str(path), "--out", str(out), "--quiet")
+    result = run_cli("run", str(path), "--out", str(out), "--quiet")
     summary = json.loads((out / "summary.json").read_text())
     assert summary["closed_loop"] is True
     assert summary["generator_health"]["closed_loop"]["concurrency_cap"] == 1
