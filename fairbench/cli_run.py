@@ -72,6 +72,7 @@ def verdict_lines(summary: dict[str, Any]) -> list[str]:
             f"{_ms(lag.get('p99'))}/{_ms(lag.get('max'))} ms "
             f"(threshold p99 {health['send_lag_threshold_ms']:g} ms)"
         )
+    lines += [f"[yellow]warning: {w}[/]" for w in summary.get("warnings", [])]
     lines.append(f"accounting: {summary['accounting']['line']}")
     jain = summary["fairness"]["jain_service"]
     lines.append(

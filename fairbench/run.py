@@ -36,6 +36,7 @@ import numpy as np
 import yaml
 
 import fairbench
+from fairbench.engine_setup import ENGINE_KINDS, engine_setup
 from fairbench.executor import ExecOptions, ExecResult, Executor, LiveCounters
 from fairbench.health import generator_health
 from fairbench.materialize import materialize
@@ -137,10 +138,14 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def make_target(
-    scn: Scenario, base_url: str | None = None, tenant_keys: dict[str, str] | None = None
+    scn: Scenario,
+    base_url: str | None = None,
+    tenant_keys: dict[str, str] | None = None,
+    setup: dict[str, Any] | None = None,
 ) -> Target:
     """The scenario's target. With `base_url` for a reference target, the server was started by
-    the parent process and `tenant_keys` are the keys it issued."""
+    the parent process and `tenant_keys` are the keys it issued; `setup` is what
+    fairbench.engine_setup learned of a real engine (model, version, calibration)."""
     spec = scn.target
     keys = {t.id: t.api_key for t in scn.tenants if t.api_key}
     keys.update(tenant_keys or {})
@@ -148,15 +153,25 @@ def make_target(
         from fairbench.targets.reference import ReferenceTarget
 
         return ReferenceTarget(scn)
-    from fairbench.targets.openai import OpenAITarget
+    from fairbench.targets.openai import OpenAITarget, Priority, plan_prompt
 
     url = base_url or spec.base_url
     if not url:
         raise ValueError(f"target.base_url: a {spec.kind} target needs the server's URL")
     reference = spec.kind == "reference"
-    return OpenAITarget(
+    setup = setup or {}
+    priority = None
+    if spec.priority is not None:
+        priority = Priority(spec.priority.by, spec.priority.values, spec.priority.default)
+    calibration = setup.get("calibration")
+    renderer = plan_prompt
+    if calibration:
+        from fairbench.calibrate import Calibration
+
+        renderer = Calibration.from_json(calibration).renderer()
+    target = OpenAITarget(
         url,
-        spec.model or ("reference" if reference else "default"),
+        spec.model or setup.get("model") or ("reference" if reference else "default"),
         spec.api_key,
         keys,
         spec.headers,
@@ -167,11 +182,20 @@ def make_target(
         class_header="X-SLO-Class" if reference else None,
         tenant_headers={t.id: t.headers for t in scn.tenants if t.headers},
         tenant_extra_body={t.id: t.extra_body for t in scn.tenants if t.extra_body},
+        api=spec.api,
+        priority=priority,
+        renderer=renderer,
     )
+    target.server_version = setup.get("server_version")
+    if calibration:
+        target.calibration = {k: v for k, v in calibration.items() if k != "words"}
+    elif "calibration_note" in setup:
+        target.calibration = {"note": setup["calibration_note"]}
+    return target
 
 
 def metrics_url(target: Target, scn: Scenario) -> str | None:
-    url = getattr(target, "metrics_url", None)
+    url = scn.target.metrics_url or getattr(target, "metrics_url", None)
     if url:
         return str(url)
     base = getattr(target, "base_url", None) or scn.target.base_url
@@ -196,8 +220,9 @@ async def _live(
     progress: Progress | None,
     run_dir: Path | None,
     tenant_keys: dict[str, str] | None = None,
+    setup: dict[str, Any] | None = None,
 ) -> tuple[ExecResult, dict[str, Any]]:
-    target = make_target(scn, base_url, tenant_keys)
+    target = make_target(scn, base_url, tenant_keys, setup)
     await target.open()
     writer = JournalWriter(journal)
     executor = Executor(plan, target, writer, exec_options, indices, worker)
@@ -225,7 +250,7 @@ async def _live(
         else:
             t0 = time.perf_counter_ns() + int(exec_options.lead_s * 1e9)
         if url and run_dir is not None:
-            scraper = Scraper(url, run_dir / "server_metrics.parquet")
+            scraper = Scraper(url, run_dir / "server_metrics.parquet", scn.target.scrape_interval)
             scraper.start(t0)
         if progress is not None:
 
@@ -293,6 +318,7 @@ def _worker_main(args: dict[str, Any], shared: Any) -> None:
             progress,
             None,
             args["tenant_keys"],
+            args["setup"],
         )
     )
     np.save(args["lags"], result.loop_lag_ns)
@@ -308,6 +334,7 @@ def _run_sharded(
     exec_options: ExecOptions,
     base_url: str | None,
     progress: Progress | None,
+    setup: dict[str, Any] | None = None,
 ) -> tuple[bool, np.ndarray, int]:
     ctx = mp.get_context("spawn")
     # Per shard: sent, done, errors, last lag (4n); then a ready flag per shard (n); then t0.
@@ -324,6 +351,7 @@ def _run_sharded(
             "exec": exec_options.__dict__,
             "base_url": base_url,
             "tenant_keys": tenant_keys,
+            "setup": setup,
             "lags": str(run_dir / f".loop-lag-{k}.npy"),
         }
         proc = ctx.Process(target=_worker_main, args=(args, shared), daemon=True)
@@ -408,6 +436,9 @@ def execute_run(
                 handle.write(json.dumps(row, separators=(",", ":")) + "\n")
     else:
         workers = options.workers or default_workers(plan)
+        setup: dict[str, Any] = {}
+        if scn.target.kind in ENGINE_KINDS:
+            setup = _uvloop_run(engine_setup(scn, plan, options.base_url))
         if workers <= 1:
             result, info = _uvloop_run(
                 _live(
@@ -421,6 +452,8 @@ def execute_run(
                     options.base_url,
                     progress,
                     run_dir,
+                    None,
+                    setup,
                 )
             )
             stopped, loop_lags = result.stopped, result.loop_lag_ns
@@ -430,6 +463,8 @@ def execute_run(
             }
         else:
             info, base_url = {"kind": scn.target.kind}, options.base_url
+            if setup:
+                info = dict(make_target(scn, base_url, None, setup).info())
             server = None
             if scn.target.kind == "reference" and base_url is None:
                 from fairbench.targets.reference import ReferenceServer
@@ -448,6 +483,7 @@ def execute_run(
                     exec_options,
                     base_url,
                     progress,
+                    setup,
                 )
                 header["clock"] = {"source": "time.perf_counter_ns (CLOCK_MONOTONIC)", "t0_ns": t0}
             finally:
@@ -507,6 +543,7 @@ def _finish(
         closed_loop=scn.run.concurrency_cap is not None,
     )
     summary["incomplete"] = not complete
+    summary["warnings"] = target_warnings(info)
     write_json(run_dir / "summary.json", summary)
     header.update(
         status="complete" if complete else "incomplete",
@@ -519,6 +556,17 @@ def _finish(
     )
     write_json(run_dir / "run.json", header)
     return RunOutcome(run_dir, summary, stopped, info)
+
+
+def target_warnings(info: dict[str, Any]) -> list[str]:
+    """What a reader of the results must know about the target's set-up."""
+    cal = info.get("calibration")
+    if isinstance(cal, dict) and cal.get("note"):
+        return [f"prompt lengths: {cal['note']}"]
+    if isinstance(cal, dict) and not cal.get("exact", True):
+        bad = [c for c in cal.get("checks", []) if c.get("server") != c.get("planned")]
+        return [f"prompt lengths: {len(bad)} calibration checks differ from the plan: {bad[:3]}"]
+    return []
 
 
 def load_partial_run(run_dir: Path) -> RunOutcome:

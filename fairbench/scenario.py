@@ -316,20 +316,49 @@ class RunSpec(_Model):
     )
 
 
+class PrioritySpec(_Model):
+    """The engine's per-request priority field, set from the request's SLO class or tenant.
+
+    Values are sent as written. vLLM runs lower values first (and only with
+    `--scheduling-policy priority`); SGLang runs higher values first unless started with
+    `--schedule-low-priority-values-first` (and only with `--enable-priority-scheduling`)."""
+
+    by: Literal["slo_class", "tenant"] = "slo_class"
+    values: dict[str, int] = Field(min_length=1)
+    default: int | None = Field(None, description="for classes/tenants not in values")
+
+
 class TargetSpec(_Model):
     """What to run against. `reference` (default) is the bundled scheduler's HTTP server; `sim`
-    the same scheduler in virtual time; `openai` any OpenAI-compatible server."""
+    the same scheduler in virtual time; `openai` any OpenAI-compatible server; `vllm`, `sglang`
+    and `tgi` those engines, with their priority fields, tokenizers and metrics (docs/engines.md).
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["reference", "sim", "openai", "vllm", "sglang", "tgi"] = "reference"
     base_url: str | None = None
     model: str | None = None
+    api: Literal["openai", "native"] = Field(
+        "openai",
+        description="sglang/tgi: `native` uses SGLang's /generate or TGI's /generate_stream",
+    )
     api_key: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
     extra_body: dict[str, Any] = Field(default_factory=dict)
     class_extra_body: dict[str, dict[str, Any]] = Field(default_factory=dict)
     ignore_eos: bool = True
+    priority: PrioritySpec | None = None
+    calibrate: bool = Field(
+        True,
+        description="vllm/sglang/tgi: render prompts so the server's tokenizer counts exactly "
+        "the planned prompt tokens (from its /tokenize, or `tokenizer`)",
+    )
+    tokenizer: str | None = Field(
+        None, description="a tokenizer.json to count tokens with, instead of the server's"
+    )
+    metrics_url: str | None = Field(None, description="default: base_url + /metrics")
+    scrape_interval: PositiveSeconds = Field(1.0, description="server metrics, live runs")
     faults: dict[str, Any] | None = Field(
         None,
         description="reference target only: failures to inject (see reference_scheduler/faults.py)",
@@ -360,8 +389,40 @@ class Scenario(_Model):
         return {tenant.mix: 1.0} if isinstance(tenant.mix, str) else dict(tenant.mix)
 
 
-def _cross_check(scn: Scenario) -> list[str]:
+def _check_target(scn: Scenario) -> list[str]:
+    t = scn.target
     problems: list[str] = []
+    if t.api == "native" and t.kind not in ("sglang", "tgi"):
+        problems.append(
+            f"target.api: 'native' is for sglang (/generate) and tgi (/generate_stream); "
+            f"a {t.kind} target speaks 'openai'"
+        )
+    if t.priority is not None:
+        if t.kind not in ("vllm", "sglang"):
+            why = (
+                "TGI has no per-request priority (it serves first come, first served)"
+                if t.kind == "tgi"
+                else f"a {t.kind} target has no engine priority field"
+            )
+            problems.append(f"target.priority: {why}; remove it, or use class_extra_body")
+        else:
+            known = (
+                set(scn.slo_classes)
+                if t.priority.by == "slo_class"
+                else {x.id for x in scn.tenants}
+            )
+            for name in sorted(set(t.priority.values) - known):
+                problems.append(
+                    f"target.priority.values: unknown {t.priority.by} {name!r}; "
+                    f"defined: {sorted(known)}"
+                )
+    if t.faults is not None and t.kind != "reference":
+        problems.append("target.faults: faults are injected by the reference server only")
+    return problems
+
+
+def _cross_check(scn: Scenario) -> list[str]:
+    problems: list[str] = _check_target(scn)
     seen: set[str] = set()
     trace_users: dict[str, list[int]] = {}
     for i, tenant in enumerate(scn.tenants):
@@ -460,6 +521,14 @@ def parse_scenario(
             FaultSpec.model_validate(scn.target.faults)
         except ValidationError as error:
             problems += [f"target.faults.{line}" for line in lines_from(error)]
+    tokenizer = scn.target.tokenizer
+    if tokenizer is not None:
+        path = Path(tokenizer) if base_dir is None else base_dir / tokenizer
+        if not path.is_file():
+            problems.append(f"target.tokenizer: no such file {str(path)!r}")
+        else:
+            target = scn.target.model_copy(update={"tokenizer": str(path.resolve())})
+            scn = scn.model_copy(update={"target": target})
     if problems:
         raise ScenarioError(problems, source)
     if base_dir is not None and scn.traces:

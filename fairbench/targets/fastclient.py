@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from fairbench.sse import SSEParser
+from fairbench.targets.wire import OPENAI, Dialect
 
 now_ns = time.perf_counter_ns
 _MAX_BODY = 16 << 20
@@ -87,14 +88,16 @@ class _Response:
         "_sse",
         "_state",
         "close_after",
+        "dialect",
         "done",
         "outcome",
         "stream",
     )
 
-    def __init__(self, outcome: Outcome, stream: bool) -> None:
+    def __init__(self, outcome: Outcome, stream: bool, dialect: Dialect = OPENAI) -> None:
         self.outcome = outcome
         self.stream = stream
+        self.dialect = dialect
         self._buf = b""
         self._state = "head"
         self._framing = "close"
@@ -243,31 +246,7 @@ class _Response:
         if not isinstance(obj, dict):
             out.fail("bad_stream", f"not an object: {data[:80]!r}")
             return
-        if "error" in obj:
-            out.fail("http_5xx", f"error in stream: {str(obj['error'])[:200]}")
-            return
-        for choice in obj.get("choices") or ():
-            delta = choice.get("delta")
-            text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
-            if text:
-                if out.t_first_token:
-                    gap = t - out.t_last_token
-                    if gap > out.itl_max:
-                        out.itl_max = gap
-                else:
-                    out.t_first_token = t
-                out.t_last_token = t
-                out.chunks += 1
-            if choice.get("finish_reason"):
-                out.terminal = True
-        usage = obj.get("usage")
-        if usage:
-            out.terminal = True
-            out.usage_completion = _int(usage.get("completion_tokens"))
-            out.usage_prompt = _int(usage.get("prompt_tokens"))
-        extra = obj.get("fairbench")
-        if isinstance(extra, dict):
-            out.extra.update(extra)
+        self.dialect.event(out, obj, t)
 
     def _finish(self, t: int) -> None:
         if self.done:
@@ -290,7 +269,7 @@ class _Response:
                 cut = " (the last event was cut off)" if self._sse.has_partial else ""
                 out.fail(
                     "stream_incomplete",
-                    f"the stream ended without [DONE], a finish_reason or a usage report{cut}",
+                    f"the stream ended without its terminal event{cut}",
                 )
                 return
             out.tokens = out.usage_completion if out.usage_completion is not None else out.chunks
@@ -305,27 +284,7 @@ class _Response:
         except orjson.JSONDecodeError:
             out.fail("bad_stream", "the response body is not JSON")
             return
-        if not isinstance(obj, dict):
-            out.fail("bad_stream", "the response body is not a JSON object")
-            return
-        usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
-        out.usage_prompt = _int(usage.get("prompt_tokens"))
-        out.usage_completion = _int(usage.get("completion_tokens"))
-        if isinstance(obj.get("fairbench"), dict):
-            out.extra.update(obj["fairbench"])
-        if "data" in obj:  # embeddings
-            out.tokens = 0
-            out.status = "ok" if obj.get("data") else ""
-            if not out.status:
-                out.fail("no_token", "no embedding in the response")
-            return
-        out.tokens = (
-            out.usage_completion
-            if out.usage_completion is not None
-            else sum(1 for c in obj.get("choices") or () if c.get("text") or c.get("message"))
-        )
-        out.terminal = True
-        out.status = "ok"
+        self.dialect.whole(out, obj)
 
     def connection_lost(self, t: int) -> None:
         if self.done:
@@ -339,10 +298,6 @@ class _Response:
             self.outcome.fail("dropped", "the connection closed mid-response")
         else:
             self.outcome.fail("dropped", "the connection closed before any response")
-
-
-def _int(value: object) -> int | None:
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 class _Conn(asyncio.Protocol):
@@ -430,7 +385,9 @@ class Pool:
         self.idle.extend(conns)
         return len(conns)
 
-    def start(self, request: bytes, stream: bool) -> tuple[asyncio.Future[Outcome], Outcome]:
+    def start(
+        self, request: bytes, stream: bool, dialect: Dialect = OPENAI
+    ) -> tuple[asyncio.Future[Outcome], Outcome]:
         """Send now on an idle connection, or on a new one as soon as it is open."""
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[Outcome] = loop.create_future()
@@ -438,16 +395,21 @@ class Pool:
             conn = self.idle.pop()
             if conn.transport is not None and not conn.transport.is_closing():
                 outcome = Outcome(now_ns())
-                conn.send(request, _Response(outcome, stream), waiter)
+                conn.send(request, _Response(outcome, stream, dialect), waiter)
                 return waiter, outcome
             self.forget(conn)
         outcome = Outcome(now_ns())
-        task = loop.create_task(self._connect_and_send(request, stream, outcome, waiter))
+        task = loop.create_task(self._connect_and_send(request, stream, outcome, waiter, dialect))
         waiter.add_done_callback(lambda _: None if task.done() else task.cancel())
         return waiter, outcome
 
     async def _connect_and_send(
-        self, request: bytes, stream: bool, outcome: Outcome, waiter: asyncio.Future[Outcome]
+        self,
+        request: bytes,
+        stream: bool,
+        outcome: Outcome,
+        waiter: asyncio.Future[Outcome],
+        dialect: Dialect,
     ) -> None:
         try:
             conn = await self.connect()
@@ -460,7 +422,7 @@ class Pool:
         if waiter.done():  # cancelled (timeout) while connecting
             conn.abort()
             return
-        conn.send(request, _Response(outcome, stream), waiter)
+        conn.send(request, _Response(outcome, stream, dialect), waiter)
 
     def abort(self, waiter: asyncio.Future[Outcome]) -> None:
         """A request gave up (timeout, cancel): its connection cannot be reused, and a connection

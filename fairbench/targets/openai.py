@@ -15,17 +15,46 @@ per SLO class, e.g. `{interactive: {priority: 0}}` for vLLM's priority field; a 
 `headers` and `extra_body`). `ignore_eos` is
 sent by default so output lengths follow the plan. One keep-alive pool and no connection cap (a
 cap would close the open loop).
+
+The same class speaks to vLLM, SGLang and TGI (`kind`): their OpenAI-compatible APIs, or with
+`api="native"` SGLang's /generate and TGI's /generate_stream (bodies and dialects in
+targets/engines.py and targets/wire.py); the engine's priority field from `priority`; prompts
+from `renderer` (fairbench.calibrate makes one that the server's tokenizer counts exactly).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 from fairbench.plan import PlannedRequest
+from fairbench.targets.engines import Engine, engine
 from fairbench.targets.fastclient import Outcome, Pool, request_bytes
+from fairbench.targets.wire import OPENAI, Dialect
+
+Renderer = Callable[[PlannedRequest], str]
+
+
+def plan_prompt(req: PlannedRequest) -> str:
+    """The plan's own text: exactly `prompt_tokens` reference tokens."""
+    return req.prompt()
+
+
+@dataclass(frozen=True)
+class Priority:
+    """The engine's per-request priority from the request's SLO class or tenant."""
+
+    by: str  # slo_class | tenant
+    values: Mapping[str, int]
+    default: int | None = None
+
+    def of(self, req: PlannedRequest) -> int | None:
+        key = req.slo_class if self.by == "slo_class" else req.tenant
+        return self.values.get(key, self.default)
+
 
 PATHS = {
     "chat": "/v1/chat/completions",
@@ -49,6 +78,9 @@ class OpenAITarget:
         class_header: str | None = None,
         tenant_headers: Mapping[str, Mapping[str, str]] | None = None,
         tenant_extra_body: Mapping[str, Mapping[str, Any]] | None = None,
+        api: str = "openai",
+        priority: Priority | None = None,
+        renderer: Renderer = plan_prompt,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         if self.base_url.endswith("/v1"):
@@ -65,6 +97,12 @@ class OpenAITarget:
         self.class_header = class_header  # e.g. X-SLO-Class for the reference server
         self.tenant_headers = {k: dict(v) for k, v in (tenant_headers or {}).items()}
         self.tenant_extra_body = {k: dict(v) for k, v in (tenant_extra_body or {}).items()}
+        self.engine: Engine = engine(kind)
+        self.api = api
+        self.priority = priority
+        self.renderer = renderer
+        self.calibration: dict[str, Any] | None = None  # set by fairbench.calibrate
+        self.server_version: str | None = None
         self.pool: Pool | None = None
 
     async def open(self) -> None:
@@ -75,13 +113,35 @@ class OpenAITarget:
             self.pool.close()
             self.pool = None
 
-    def info(self) -> Mapping[str, str]:
-        return {"kind": self.kind, "base_url": self.base_url, "model": self.model}
+    def info(self) -> Mapping[str, Any]:
+        out: dict[str, Any] = {
+            "kind": self.kind,
+            "base_url": self.base_url,
+            "model": self.model,
+            "api": self.api,
+        }
+        if self.server_version:
+            out["server_version"] = self.server_version
+        if self.priority is not None:
+            out["priority"] = {"by": self.priority.by, "values": dict(self.priority.values)}
+        if self.calibration is not None:
+            out["calibration"] = self.calibration
+        return out
 
-    def body(self, req: PlannedRequest) -> dict[str, Any]:
-        prompt = req.prompt()
+    @property
+    def native(self) -> bool:
+        return self.api == "native" and self.engine.native_body is not None
+
+    def body(self, req: PlannedRequest, prompt: str | None = None) -> dict[str, Any]:
+        if prompt is None:
+            prompt = self.renderer(req)
         body: dict[str, Any]
-        if req.endpoint == "embeddings":
+        if self.native and req.endpoint != "embeddings":
+            assert self.engine.native_body is not None
+            body = self.engine.native_body(
+                prompt, req.max_tokens, req.stream, self.ignore_eos, f"fb-{req.request_id}"
+            )
+        elif req.endpoint == "embeddings":
             body = {"model": self.model, "input": prompt}
         else:
             body = {"model": self.model, "max_tokens": req.max_tokens, "stream": req.stream}
@@ -91,8 +151,12 @@ class OpenAITarget:
                 body["prompt"] = prompt
             if req.stream:
                 body["stream_options"] = {"include_usage": True}
-            if self.ignore_eos:
+            if self.ignore_eos and self.engine.ignore_eos:
                 body["ignore_eos"] = True
+        if self.priority is not None and self.engine.priority_field:
+            value = self.priority.of(req)
+            if value is not None:
+                body["priority"] = value
         body.update(self.extra_body)
         body.update(self.tenant_extra_body.get(req.tenant, {}))
         body.update(self.class_extra_body.get(req.slo_class, {}))
@@ -113,15 +177,26 @@ class OpenAITarget:
         assert self.pool is not None, "open() the target first"
         return await self.pool.warm(connections)
 
-    def prepare(self, req: PlannedRequest) -> tuple[bytes, bool]:
+    def path(self, req: PlannedRequest) -> tuple[str, Dialect]:
+        stream = req.stream and req.endpoint != "embeddings"
+        if self.native and req.endpoint != "embeddings":
+            e = self.engine
+            path = e.native_stream_path if stream else e.native_whole_path
+            assert path is not None
+            return self.path_prefix + path, e.native_dialect
+        return self.path_prefix + PATHS[req.endpoint], OPENAI
+
+    def prepare(
+        self, req: PlannedRequest, prompt: str | None = None
+    ) -> tuple[bytes, bool, Dialect]:
         """The request's bytes, built before its deadline so that sending costs one write."""
         assert self.pool is not None, "open() the target first"
-        body = json.dumps(self.body(req), separators=(",", ":")).encode()
-        path = self.path_prefix + PATHS[req.endpoint]
+        body = json.dumps(self.body(req, prompt), separators=(",", ":")).encode()
+        path, dialect = self.path(req)
         stream = req.stream and req.endpoint != "embeddings"
-        return request_bytes(self.pool, path, body, self.request_headers(req)), stream
+        return request_bytes(self.pool, path, body, self.request_headers(req)), stream, dialect
 
-    def start(self, prepared: tuple[bytes, bool]) -> tuple[Any, Outcome]:
+    def start(self, prepared: tuple[bytes, bool, Dialect]) -> tuple[Any, Outcome]:
         """Send now; the transport stamps t_sent and every later time as bytes arrive."""
         assert self.pool is not None
         return self.pool.start(*prepared)
