@@ -70,6 +70,9 @@ async def engine_setup(scn: Scenario, plan: Plan, base_url: str | None) -> dict[
         out["model"] = spec.model or await discover_model(session, base) or "default"
         out["server_version"] = await server_version(session, base, spec.kind)
         e = engine(spec.kind)
+        if not spec.calibrate:
+            out["calibration_note"] = "not calibrated (target.calibrate: false)"
+            return out
         if spec.tokenizer:
             count: Any = FileTokenizer(spec.tokenizer)
             source = f"tokenizer file {spec.tokenizer.rsplit('/', 1)[-1]}"
@@ -83,9 +86,6 @@ async def engine_setup(scn: Scenario, plan: Plan, base_url: str | None) -> dict[
                 "not calibrated: prompts are counted in reference tokens "
                 "(give target.tokenizer, or use a vllm/sglang/tgi target)"
             )
-            return out
-        if not spec.calibrate:
-            out["calibration_note"] = "not calibrated (target.calibrate: false)"
             return out
         target = make_target(scn, base_url, None, {"model": out["model"]})
         await target.open()

@@ -344,9 +344,70 @@ def run_report(run_dir: Path) -> tuple[str, str]:
         yaxis_title="ms",
     )
     body.append(_fig_html(fig, "send-lag"))
+    if server is not None and len(server):
+        body += server_metrics_section(server, str(header.get("target", {}).get("kind", "")))
     body.append("<h2>Scenario and run header</h2><pre>" + html.escape(scenario_text) + "</pre>")
     body.append("<pre>" + html.escape(json.dumps(header, indent=2, default=str)) + "</pre>")
     return _page(f"fairbench: {summary['scenario']}", body), markdown_summary(summary)
+
+
+def server_metrics_section(server: pd.DataFrame, kind: str) -> list[str]:
+    """The engine's own view of the run: a table of its headline series, gauges over time,
+    counter rates, and histogram quantiles per window (fairbench.server_metrics)."""
+    from fairbench import server_metrics as sm
+    from fairbench.targets.engines import engine
+
+    headline = engine(kind).headline_metrics
+    rows = sm.overview(server, headline)
+    out = [f"<h2>Server metrics ({html.escape(kind)}, scraped during the run)</h2>"]
+    if not rows:
+        return [*out, "<p>none of this engine's headline series were exported</p>"]
+
+    def describe(r: dict[str, Any]) -> str:
+        if r["type"] == "histogram":
+            return (
+                f"{r['count']:.0f} observed; mean {_num(r['mean'])}, p50 {_num(r['p50'])}, "
+                f"p99 {_num(r['p99'])} (bucket interpolation)"
+            )
+        if r["type"] == "counter":
+            return (
+                f"+{r['increase']:.6g} over the run; {r['rate_mean']:.4g}/s mean, "
+                f"{r['rate_max']:.4g}/s peak"
+            )
+        return f"mean {r['mean']:.4g}, max {r['max']:.4g}, last {r['last']:.4g}"
+
+    out.append(
+        _table(
+            ["series", "type", "during the run"],
+            [[html.escape(r["metric"]), r["type"], html.escape(describe(r))] for r in rows],
+        )
+    )
+    gauges = go.Figure()
+    rates = go.Figure()
+    quant = go.Figure()
+    for r in rows:
+        family = r["metric"].removesuffix("_total")
+        if r["type"] == "gauge":
+            t, v = sm.gauge(server, family)
+            gauges.add_trace(go.Scatter(x=t, y=v, name=r["metric"]))
+        elif r["type"] == "counter":
+            t, v = sm.counter_rate(server, family)
+            rates.add_trace(go.Scatter(x=t, y=v, name=f"{r['metric']} /s"))
+        elif r["type"] == "histogram":
+            h = sm.histogram_over_time(server, family)
+            for q, dash in (("p50", "dot"), ("p99", "solid")):
+                quant.add_trace(
+                    go.Scatter(x=h["t"], y=h[q], name=f"{r['metric']} {q}", line={"dash": dash})
+                )
+    gauges.update_layout(title="Gauges", xaxis_title="time (s)")
+    rates.update_layout(title="Counters as rates", xaxis_title="time (s)", yaxis_title="per s")
+    quant.update_layout(
+        title="Histogram quantiles per 5-scrape window", xaxis_title="time (s)", yaxis_title="s"
+    )
+    for fig, fid in ((gauges, "srv-gauges"), (rates, "srv-rates"), (quant, "srv-quantiles")):
+        if fig.data:
+            out.append(_fig_html(fig, fid))
+    return out
 
 
 def _num(v: Any) -> str:

@@ -1,7 +1,8 @@
 """Server-side Prometheus metrics, scraped during a live run into a long-format time series.
 
 Parsed with prometheus-client's own text parser. Rows: t_ns (run clock, relative to t0),
-metric, labels (JSON, sorted keys), value. Stored as `server_metrics.parquet`.
+metric, labels (JSON, sorted keys), value, type and family (from the exposition's TYPE line).
+Stored as `server_metrics.parquet`; fairbench.server_metrics turns it into rates and quantiles.
 """
 
 from __future__ import annotations
@@ -19,15 +20,22 @@ from prometheus_client.parser import text_string_to_metric_families
 
 
 def parse_prometheus(text: str, t_ns: int) -> list[dict[str, Any]]:
+    """One row per sample. Counters are named `*_total` whatever the exporter wrote (the parser
+    normalises them: TGI's `tgi_request_count` becomes `tgi_request_count_total`); `*_created`
+    samples (a series' creation time, not a measurement) are left out."""
     rows = []
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
+            if sample.name.endswith("_created"):
+                continue
             rows.append(
                 {
                     "t_ns": t_ns,
                     "metric": sample.name,
                     "labels": json.dumps(sample.labels, sort_keys=True),
                     "value": float(sample.value),
+                    "type": family.type,
+                    "family": family.name,
                 }
             )
     return rows
@@ -39,6 +47,8 @@ SCHEMA = pa.schema(
         ("metric", pa.string()),
         ("labels", pa.string()),
         ("value", pa.float64()),
+        ("type", pa.string()),  # counter | gauge | histogram | summary | unknown
+        ("family", pa.string()),  # a histogram's samples share it
     ]
 )
 

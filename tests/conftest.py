@@ -17,6 +17,7 @@ def make_scenario(
     process: str = "constant",
     output: int = 5,
     endpoint: str = "chat",
+    stream: bool | None = None,
     **run: Any,
 ) -> Scenario:
     return parse_scenario(
@@ -27,6 +28,7 @@ def make_scenario(
                     "endpoint": endpoint,
                     "prompt_tokens": 10,
                     **({"output_tokens": output} if endpoint != "embeddings" else {}),
+                    **({"stream": stream} if stream is not None else {}),
                 }
             },
             "tenants": [{"id": "a", "mix": "w", "arrival": {"process": process, "rate": rate}}],

@@ -131,8 +131,8 @@ ENGINES: dict[str, Engine] = {
         headline_metrics=(
             "tgi_queue_size",
             "tgi_batch_current_size",
-            "tgi_request_failure",
-            "tgi_request_success",
+            "tgi_request_failure_total",  # the parser names counters *_total
+            "tgi_request_success_total",
             "tgi_request_queue_duration",
             "tgi_request_mean_time_per_token_duration",
             "tgi_request_duration",

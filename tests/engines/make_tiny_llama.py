@@ -3,7 +3,7 @@
     python tests/engines/make_tiny_llama.py OUT_DIR
 
 Runs with the engine's own interpreter (it needs numpy, tokenizers and safetensors, which vLLM
-brings), not the project's. What it writes:
+brings); tests import `train_tokenizer` from it with the project's. What it writes:
 
 - `config.json`: LlamaForCausalLM, hidden 256, 2 layers, 4 heads, intermediate 512, 4,096
   positions — small enough that one CPU core decodes a batch in milliseconds, real enough that
@@ -25,7 +25,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from safetensors.numpy import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 SEED = 20261129
@@ -91,6 +90,8 @@ def weights(rng: np.random.Generator, vocab: int) -> dict[str, np.ndarray]:
 
 
 def main(out: Path) -> None:
+    from safetensors.numpy import save_file  # the engine's venv has it; tests import the rest
+
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(SEED)
     tok = train_tokenizer(rng)
