@@ -120,7 +120,12 @@ def register(app: typer.Typer) -> None:
                     ),
                 )
 
-            outcome = execute_run(scn, options, progress)
+            try:
+                outcome = execute_run(scn, options, progress)
+            except FileExistsError as error:
+                from fairbench.cli import UsageFailure
+
+                raise UsageFailure(str(error)) from None
             bar.update(task, detail="done")
         summary = outcome.summary
         if as_json:

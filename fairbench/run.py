@@ -49,7 +49,7 @@ from fairbench.records import (
     write_records,
 )
 from fairbench.scenario import Scenario, parse_scenario
-from fairbench.scrape import Scraper
+from fairbench.scrape import ScraperProcess
 from fairbench.summary import build_summary
 from fairbench.targets.base import Target
 
@@ -117,6 +117,11 @@ def default_workers(plan: Plan) -> int:
 def new_run_dir(scn: Scenario, options: RunOptions) -> Path:
     if options.out is not None:
         path = options.out
+        if (path / "run.json").exists() or any(path.glob("journal*.jsonl")):
+            # Appending to another run's journal would merge two runs into one broken one.
+            raise FileExistsError(
+                f"--out {path} already holds a run; choose a new directory or remove it"
+            )
     else:
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
         path = options.reports_dir / f"{scn.name}-{stamp}"
@@ -239,8 +244,13 @@ async def _live(
     for sig in signals:
         loop.add_signal_handler(sig, on_signal)
     scraper = None
+    t0 = 0
     ticker = None
     url = metrics_url(target, scn) if run_dir is not None else None
+    if url and run_dir is not None:  # launched now: its interpreter starts during warm-up
+        scraper = ScraperProcess(
+            url, run_dir / "server_metrics.parquet", scn.target.scrape_interval
+        )
     try:
         warm = getattr(target, "warm", None)
         if warm is not None:  # connections open before t0, not on the first requests' clock
@@ -249,8 +259,7 @@ async def _live(
             t0 = await t0_source()
         else:
             t0 = time.perf_counter_ns() + int(exec_options.lead_s * 1e9)
-        if url and run_dir is not None:
-            scraper = Scraper(url, run_dir / "server_metrics.parquet", scn.target.scrape_interval)
+        if scraper is not None:
             scraper.start(t0)
         if progress is not None:
 
@@ -266,7 +275,7 @@ async def _live(
     finally:
         if ticker is not None:
             ticker.cancel()
-        if scraper is not None and run_dir is not None:
+        if scraper is not None:
             await scraper.stop(t0)
         for sig in signals:
             loop.remove_signal_handler(sig)
@@ -340,6 +349,14 @@ def _run_sharded(
     # Per shard: sent, done, errors, last lag (4n); then a ready flag per shard (n); then t0.
     shared = ctx.Array("q", 5 * n + 1, lock=False)
     t0 = 0
+    url = scn.target.metrics_url or (f"{base_url.rstrip('/')}/metrics" if base_url else None)
+    if scn.target.kind == "openai" and not scn.target.metrics_url:
+        url = None
+    scraper = (
+        ScraperProcess(url, run_dir / "server_metrics.parquet", scn.target.scrape_interval)
+        if url
+        else None
+    )
     procs = []
     for k in range(n):
         args = {
@@ -367,6 +384,8 @@ def _run_sharded(
                 # the rest must not wait forever: its requests will show up as missing).
                 t0 = time.perf_counter_ns() + int(exec_options.lead_s * 1e9)
                 shared[5 * n] = t0
+                if scraper is not None:
+                    scraper.start(t0)
             try:
                 time.sleep(0.2)
             except KeyboardInterrupt:
@@ -384,6 +403,8 @@ def _run_sharded(
     finally:
         for p in procs:
             p.join()
+        if scraper is not None:
+            scraper.stop_sync(t0)
     lags = [
         np.load(run_dir / f".loop-lag-{k}.npy")
         for k in range(n)

@@ -118,3 +118,67 @@ class Scraper:
         self._write_group()
         assert self._writer is not None
         self._writer.close()
+
+
+def _scrape_main(url: str, path: str, interval_s: float, t0: Any, stop: Any, counts: Any) -> None:
+    """The scraper process: wait for t0, scrape until told to stop, then one last look."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the run's own signal handling stops us
+
+    async def main() -> None:
+        scraper = Scraper(url, Path(path), interval_s)
+        while not t0.value and not stop.is_set():
+            await asyncio.sleep(0.002)
+        start = int(t0.value)
+        scraper.start(start)
+        while not stop.is_set():
+            await asyncio.sleep(0.05)
+        await scraper.stop(start)
+        counts[0], counts[1] = scraper.scrapes, scraper.failures
+
+    asyncio.run(main())
+
+
+class ScraperProcess:
+    """A Scraper in a process of its own, so that parsing an engine's exposition (10–20 ms for
+    vLLM's ~450 samples, every second) never stalls the generator's event loop. Launched before
+    the run (a spawned interpreter takes a moment to start); `start(t0)` releases it.
+    CLOCK_MONOTONIC (perf_counter_ns) is shared by processes, so its times are the run's."""
+
+    def __init__(self, url: str, path: Path, interval_s: float = 1.0) -> None:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        self._t0 = ctx.Value("q", 0, lock=False)
+        self._stop = ctx.Event()
+        self._counts = ctx.Array("q", 2, lock=False)
+        self._proc = ctx.Process(
+            target=_scrape_main,
+            args=(url, str(path), interval_s, self._t0, self._stop, self._counts),
+            daemon=True,
+        )
+        self._proc.start()
+
+    def start(self, t0_ns: int) -> None:
+        self._t0.value = t0_ns
+
+    async def stop(self, t0_ns: int) -> None:
+        await asyncio.to_thread(self.stop_sync, t0_ns)
+
+    def stop_sync(self, t0_ns: int) -> None:
+        """One last scrape, the file closed, the process gone (killed after 30 s)."""
+        self._t0.value = self._t0.value or t0_ns
+        self._stop.set()
+        self._proc.join(30)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(5)
+
+    @property
+    def scrapes(self) -> int:
+        return int(self._counts[0])
+
+    @property
+    def failures(self) -> int:
+        return int(self._counts[1])

