@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> None:
             prefix = f"{error.source}: " if error.source else ""
             err.print(prefix + line, markup=False, highlight=False, soft_wrap=True)
         sys.exit(2)
-    except (TraceError, UsageFailure) as error:
+    except (TraceError, UsageFailure, FileExistsError) as error:
         for line in str(error).splitlines():
             err.print(line, markup=False, highlight=False, soft_wrap=True)
         sys.exit(2)

@@ -120,12 +120,7 @@ def register(app: typer.Typer) -> None:
                     ),
                 )
 
-            try:
-                outcome = execute_run(scn, options, progress)
-            except FileExistsError as error:
-                from fairbench.cli import UsageFailure
-
-                raise UsageFailure(str(error)) from None
+            outcome = execute_run(scn, options, progress)  # FileExistsError: cli.main
             bar.update(task, detail="done")
         summary = outcome.summary
         if as_json:

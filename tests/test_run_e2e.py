@@ -191,3 +191,17 @@ def test_closed_loop_runs_say_so(tmp_path: Path) -> None:
     records = pd.read_parquet(out / "records.parquet")
     lag = records["t_sent_ns"] - records["t_intended_ns"]
     assert lag.max() > 50_000_000  # one slot: later arrivals waited for it
+
+
+def test_out_refuses_a_directory_that_holds_a_run(tmp_path: Path) -> None:
+    """Appending to another run's journal would merge two runs into one broken one."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "journal.jsonl").write_text("")
+    proc = run_cli("run", "scenarios/quickstart.yaml", "--out", str(out), "--quiet")
+    assert proc.returncode == 2
+    assert (
+        proc.stderr.strip()
+        == f"--out {out} already holds a run; choose a new directory or remove it"
+    )
+    assert "Traceback" not in proc.stderr

@@ -99,6 +99,35 @@ def with_change(path: str, value: Any) -> dict[str, Any]:
             "10s",
             "run.warmup: warmup + cooldown (10.0s) must be shorter than run.duration (10.0s)",
         ),
+        (
+            "target",
+            {"kind": "tgi", "base_url": "http://h", "priority": {"values": {"interactive": 0}}},
+            "target.priority: TGI has no per-request priority (it serves first come, first "
+            "served); remove it, or use class_extra_body",
+        ),
+        (
+            "target",
+            {"kind": "vllm", "base_url": "http://h", "api": "native"},
+            "target.api: 'native' is for sglang (/generate) and tgi (/generate_stream); a vllm "
+            "target speaks 'openai'",
+        ),
+        (
+            "target",
+            {"kind": "sglang", "priority": {"by": "slo_class", "values": {"gold": 1}}},
+            "target.priority.values: unknown slo_class 'gold'; defined: ['batch', "
+            "'best-effort', 'interactive']",
+        ),
+        (
+            "target",
+            {"kind": "vllm", "priority": {"by": "tenant", "values": {}}},
+            "target.priority.values: dictionary should have at least 1 item after validation, "
+            "not 0, got {}",
+        ),
+        (
+            "target",
+            {"kind": "vllm", "tokenizer": "no-such-tokenizer.json"},
+            "target.tokenizer: no such file 'no-such-tokenizer.json'",
+        ),
     ],
 )
 def test_one_clear_line(path: str, value: Any, line: str) -> None:
