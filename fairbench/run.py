@@ -255,6 +255,8 @@ async def _live(
         warm = getattr(target, "warm", None)
         if warm is not None:  # connections open before t0, not on the first requests' clock
             await warm(executor.warm_connections())
+        if scraper is not None:
+            await asyncio.to_thread(scraper.wait_ready)
         if t0_source is not None:  # a shard: the parent sets t0 once every shard is ready
             t0 = await t0_source()
         else:
@@ -379,6 +381,8 @@ def _run_sharded(
     try:
         while any(p.is_alive() for p in procs):
             ready = all(shared[4 * n + k] for k in range(n))
+            if ready and scraper is not None:
+                scraper.wait_ready()
             if not t0 and (ready or not all(p.is_alive() for p in procs)):
                 # Every shard has loaded its plan and warmed its connections (or one died, and
                 # the rest must not wait forever: its requests will show up as missing).

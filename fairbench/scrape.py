@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -120,14 +121,18 @@ class Scraper:
         self._writer.close()
 
 
-def _scrape_main(url: str, path: str, interval_s: float, t0: Any, stop: Any, counts: Any) -> None:
+def _scrape_main(
+    url: str, path: str, interval_s: float, t0: Any, stop: Any, counts: Any, ready: Any
+) -> None:
     """The scraper process: wait for t0, scrape until told to stop, then one last look."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the run's own signal handling stops us
+    os.nice(5)  # background work: when a core is short, the generator's sends come first
 
     async def main() -> None:
         scraper = Scraper(url, Path(path), interval_s)
+        ready.set()
         while not t0.value and not stop.is_set():
             await asyncio.sleep(0.002)
         start = int(t0.value)
@@ -143,7 +148,8 @@ def _scrape_main(url: str, path: str, interval_s: float, t0: Any, stop: Any, cou
 class ScraperProcess:
     """A Scraper in a process of its own, so that parsing an engine's exposition (10–20 ms for
     vLLM's ~450 samples, every second) never stalls the generator's event loop. Launched before
-    the run (a spawned interpreter takes a moment to start); `start(t0)` releases it.
+    the run (a spawned interpreter takes a moment to start), waited for before t0 is chosen,
+    then released by `start(t0)`.
     CLOCK_MONOTONIC (perf_counter_ns) is shared by processes, so its times are the run's."""
 
     def __init__(self, url: str, path: Path, interval_s: float = 1.0) -> None:
@@ -153,14 +159,21 @@ class ScraperProcess:
         self._t0 = ctx.Value("q", 0, lock=False)
         self._stop = ctx.Event()
         self._counts = ctx.Array("q", 2, lock=False)
+        self._ready = ctx.Event()
         self._proc = ctx.Process(
             target=_scrape_main,
-            args=(url, str(path), interval_s, self._t0, self._stop, self._counts),
+            args=(url, str(path), interval_s, self._t0, self._stop, self._counts, self._ready),
             daemon=True,
         )
         self._proc.start()
 
+    def wait_ready(self, timeout_s: float = 15.0) -> bool:
+        """Call before choosing t0: the first scrape (the baseline that counters and histograms
+        are differenced against) must come before the first request ends."""
+        return bool(self._ready.wait(timeout_s))
+
     def start(self, t0_ns: int) -> None:
+        """Scrape now (the baseline, before t0 when t0 lies ahead), then every interval."""
         self._t0.value = t0_ns
 
     async def stop(self, t0_ns: int) -> None:

@@ -62,14 +62,30 @@ def body_for(name: str) -> st.SearchStrategy[Any]:
     props = schema.get("properties", {})
     required = {k: value_for(props[k]) for k in schema.get("required", [])}
     optional = {k: st.one_of(value_for(v), junk) for k, v in props.items() if k not in required}
+    # The served model's name, or another: a body with any other model is a (correct) 404/400.
+    model = {"model": st.sampled_from(["ref", "ref", "other"])} if "model" in props else {}
+    valid = st.fixed_dictionaries(
+        {**required, **model},
+        optional={k: value_for(v) for k, v in props.items() if k not in required and k != "model"},
+    )
     well_formed = st.fixed_dictionaries(required, optional=optional)
     corrupted = st.fixed_dictionaries(
         {k: st.one_of(v, junk) for k, v in required.items()}, optional=optional
     )
-    return st.one_of(well_formed, corrupted, junk)
+    return st.one_of(valid, well_formed, corrupted, junk)
+
+
+def matched(path: str) -> st.SearchStrategy[tuple[str, str, str]]:
+    """A body for this path (so accepted requests are common, not luck), any of the keys."""
+    return st.tuples(
+        st.just(path),
+        body_for(POSTS[path]).map(json.dumps),
+        st.sampled_from(["", "Bearer k1", "Bearer nope"]),
+    )
 
 
 request = st.one_of(
+    st.sampled_from(sorted(POSTS)).flatmap(matched),
     st.tuples(
         st.sampled_from(sorted(POSTS)),
         st.sampled_from(sorted(POSTS)).flatmap(lambda p: body_for(POSTS[p])).map(json.dumps),

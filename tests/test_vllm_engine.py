@@ -27,11 +27,10 @@ import pytest
 
 from fairbench import server_metrics as sm
 from fairbench.compare import compare_dirs
-from fairbench.run import RunOptions, execute_run
-from fairbench.scenario import load_scenario
+from tests.cli import REPO, run_cli
 from tests.engines.vllm_server import VLLMServer
 
-REPO = Path(__file__).resolve().parents[1]
+SCENARIO = REPO / "scenarios" / "vllm-priority.yaml"
 pytestmark = pytest.mark.engine
 
 
@@ -57,15 +56,25 @@ def test_vllm_priority_beats_fcfs_for_interactive(tmp_path: Path) -> None:
         check=True,
         timeout=300,
     )
-    scn = load_scenario(REPO / "scenarios" / "vllm-priority.yaml")
     runs: dict[str, Path] = {}
     for policy in ("fcfs", "priority"):
         log = tmp_path / f"vllm-{policy}.log"
+        out = tmp_path / policy
         with VLLMServer(python, model, log, policy=policy) as server:
-            out = tmp_path / policy
-            outcome = execute_run(scn, RunOptions(out=out, base_url=server.url, workers=1))
+            # as a user runs it: its own process (not pytest's, with all it has imported)
+            proc = run_cli(
+                "run",
+                str(SCENARIO),
+                "--out",
+                str(out),
+                "--target-url",
+                server.url,
+                "--quiet",
+                timeout=600,
+            )
+        assert proc.returncode == 0, (policy, proc.stdout[-2000:], proc.stderr[-2000:])
         runs[policy] = out
-        summary = outcome.summary
+        summary = json.loads((out / "summary.json").read_text())
         assert summary["valid"], (policy, summary["invalid_reasons"])
         counts = summary["accounting"]["counts"]
         assert counts["ok"] == summary["accounting"]["planned"], (policy, counts)
