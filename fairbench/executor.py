@@ -20,6 +20,7 @@ import asyncio
 import gc
 import os
 import time
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -91,11 +92,14 @@ class Executor:
         self.counters = counters or LiveCounters()
         self.counters.planned = len(self.indices)
         self.stop = asyncio.Event()
-        self._lags: list[int] = []
-        self._loop_lags: list[int] = []
-        self._cap_waits: list[int] = []
+        # Per-request and per-tick state is kept compact: a Python int in a list costs ~36 bytes,
+        # which a 30-minute soak at 80 requests/s (and 200 loop ticks/s) sees as a leak.
+        self._lags = array("q")  # 8 bytes per sent request
+        self._loop_lags = array("q")  # 8 bytes per monitor tick
+        self._cap_waits = array("q")
         self._tasks: set[asyncio.Task[None]] = set()
-        self._written: set[int] = set()
+        self._written = bytearray(len(plan))  # by request_id (the plan's row): 1 byte each
+        self._records = 0
 
     # ------------------------------------------------------------------ one request
 
@@ -253,9 +257,10 @@ class Executor:
             self._write(rec)
 
     def _write(self, rec: Record) -> None:
-        if rec.request_id in self._written:  # pragma: no cover - guarded by construction
+        if self._written[rec.request_id]:  # pragma: no cover - guarded by construction
             raise RuntimeError(f"request {rec.request_id} recorded twice")
-        self._written.add(rec.request_id)
+        self._written[rec.request_id] = 1
+        self._records += 1
         self.journal.write(rec)
         counters = self.counters
         counters.done += 1
@@ -384,7 +389,7 @@ class Executor:
             np.asarray(self._loop_lags, dtype=np.int64),
             np.asarray(self._cap_waits, dtype=np.int64),
             stop.is_set(),
-            len(self._written),
+            self._records,
         )
 
     async def _guarded(self, coro: Any, cap: asyncio.Semaphore | None) -> None:

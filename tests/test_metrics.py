@@ -26,7 +26,11 @@ def test_jain_hand_values() -> None:
     assert m.jain(np.array([1.0, 2.0, 3.0])) == pytest.approx(36 / 42)
 
 
-@given(st.lists(st.floats(0.0, 1e6), min_size=1, max_size=20), st.floats(1e-3, 1e3))
+# Zeros or normal floats: scaling a subnormal can flush it to 0, where Jain is undefined (NaN).
+@given(
+    st.lists(st.one_of(st.just(0.0), st.floats(1e-300, 1e6)), min_size=1, max_size=20),
+    st.floats(1e-3, 1e3),
+)
 def test_jain_bounds_and_scale_invariance(xs: list[float], scale: float) -> None:
     x = np.array(xs)
     if x.sum() == 0:
