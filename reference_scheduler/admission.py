@@ -120,8 +120,9 @@ class Admission:
         self.by_class[job.slo_class] -= 1
 
     def finished(self, now_ns: int) -> None:
+        """Completions of the last 10 s (the rate Retry-After is estimated from); older ones are
+        dropped as new ones arrive, so a long-running server holds a window, not a history."""
         self._finishes.append(now_ns)
-        if len(self._finishes) > 100_000:  # bounded: the rate only needs the last 10 s
-            horizon = now_ns - 10_000_000_000
-            while self._finishes and self._finishes[0] < horizon:
-                self._finishes.popleft()
+        horizon = now_ns - 10_000_000_000
+        while self._finishes[0] < horizon:
+            self._finishes.popleft()

@@ -143,7 +143,6 @@ class SchedulerMetrics:
         self.step_lag = Histogram(
             "scheduler_step_lag_seconds", "Real-time driver lateness", buckets=_LAG, registry=r
         )
-        self.lags: list[int] = []  # raw step lags (ns), for benchmarks
 
     def admitted(self, job: Job) -> None:
         self.wait.labels(job.tenant, job.slo_class).observe((job.admit_ns - job.arrival_ns) / 1e9)
@@ -162,8 +161,6 @@ class SchedulerMetrics:
     def step(self, res: Any, lag_ns: int, policy: Any) -> None:
         self.step_time.observe(res.duration_ns / 1e9)
         self.step_lag.observe(lag_ns / 1e9)
-        if len(self.lags) < 1_000_000:
-            self.lags.append(lag_ns)
 
     def refresh(self, engine: Any) -> None:
         """Gauges that are cheaper to read on scrape than to keep current on every step."""
