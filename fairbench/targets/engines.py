@@ -42,9 +42,7 @@ def _tokenize_tgi(model: str, text: str) -> dict[str, Any]:
     return {"inputs": text}
 
 
-def sglang_body(
-    prompt: str, max_tokens: int, stream: bool, ignore_eos: bool, rid: str
-) -> dict[str, Any]:
+def sglang_body(prompt: str, max_tokens: int, stream: bool, ignore_eos: bool) -> dict[str, Any]:
     sampling: dict[str, Any] = {"max_new_tokens": max_tokens}
     if ignore_eos:
         sampling["ignore_eos"] = True
@@ -52,9 +50,7 @@ def sglang_body(
     return {"text": prompt, "sampling_params": sampling, "stream": stream}
 
 
-def tgi_body(
-    prompt: str, max_tokens: int, stream: bool, ignore_eos: bool, rid: str
-) -> dict[str, Any]:
+def tgi_body(prompt: str, max_tokens: int, stream: bool, ignore_eos: bool) -> dict[str, Any]:
     # TGI has no ignore_eos: a request may end early at EOS; `details` brings the server's
     # own counts (generated_tokens, input_length) on the last event.
     return {"inputs": prompt, "parameters": {"max_new_tokens": max_tokens, "details": True}}
@@ -67,7 +63,9 @@ class Engine:
     native_stream_path: str | None = None
     native_whole_path: str | None = None
     native_dialect: Dialect = OPENAI
-    native_body: Callable[[str, int, bool, bool, str], dict[str, Any]] | None = None
+    # Native APIs take raw text: no chat template is applied, so chat and completions
+    # workloads send the same body there (calibration measures the overhead per endpoint).
+    native_body: Callable[[str, int, bool, bool], dict[str, Any]] | None = None
     ignore_eos: bool = True
     tokenize_path: str | None = None
     tokenize_body: Callable[[str, str], dict[str, Any]] = _tokenize_openai_style

@@ -138,9 +138,7 @@ class OpenAITarget:
         body: dict[str, Any]
         if self.native and req.endpoint != "embeddings":
             assert self.engine.native_body is not None
-            body = self.engine.native_body(
-                prompt, req.max_tokens, req.stream, self.ignore_eos, f"fb-{req.request_id}"
-            )
+            body = self.engine.native_body(prompt, req.max_tokens, req.stream, self.ignore_eos)
         elif req.endpoint == "embeddings":
             body = {"model": self.model, "input": prompt}
         else:
