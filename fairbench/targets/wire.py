@@ -158,6 +158,20 @@ def _cached(out: Any, usage: dict[str, Any]) -> None:
         out.extra.setdefault("cached_tokens", _int(details["cached_tokens"]))
 
 
+def _body_object(out: Any, obj: Any, default: str) -> dict[str, Any] | None:
+    """A native non-streamed answer as one object (some versions wrap it in a one-element
+    list), or None once a failure is recorded: not an object, or an error body."""
+    if isinstance(obj, list) and len(obj) == 1:
+        obj = obj[0]
+    if not isinstance(obj, dict):
+        out.fail("bad_stream", "the response body is not a JSON object")
+        return None
+    if "error" in obj or obj.get("object") == "error":
+        stream_error(out, obj.get("error", obj.get("message")), obj, default)
+        return None
+    return obj
+
+
 class TGIDialect:
     """TGI's native /generate and /generate_stream (router/src/server.rs, lib.rs)."""
 
@@ -177,13 +191,8 @@ class TGIDialect:
             out.terminal = True  # TGI sends no [DONE] on /generate_stream
 
     def whole(self, out: Any, obj: Any) -> None:
-        if isinstance(obj, list) and len(obj) == 1:  # some versions answer a one-element list
-            obj = obj[0]
-        if not isinstance(obj, dict):
-            out.fail("bad_stream", "the response body is not a JSON object")
-            return
-        if "error" in obj:
-            stream_error(out, obj["error"], obj, "http_5xx")
+        obj = _body_object(out, obj, "http_5xx")
+        if obj is None:
             return
         if obj.get("generated_text") is None:
             out.fail("bad_stream", "no generated_text in the response")
@@ -232,13 +241,8 @@ class SGLangDialect:
             out.terminal = True
 
     def whole(self, out: Any, obj: Any) -> None:
-        if isinstance(obj, list) and len(obj) == 1:
-            obj = obj[0]
-        if not isinstance(obj, dict):
-            out.fail("bad_stream", "the response body is not a JSON object")
-            return
-        if "error" in obj or obj.get("object") == "error":
-            stream_error(out, obj.get("error", obj.get("message")), obj, "http_4xx")
+        obj = _body_object(out, obj, "http_4xx")
+        if obj is None:
             return
         meta = obj.get("meta_info") if isinstance(obj.get("meta_info"), dict) else {}
         finish = meta.get("finish_reason")
