@@ -12,29 +12,22 @@ recipes it is a few dozen bytes per request, and the digest covers the recipe, s
 still mean equal text. Requests of one prefix group share their leading words exactly, so a
 prefix cache (ours or a real engine's) sees real hits.
 
-Real engines count tokens with their own tokenizer: `TokenCounter` is the seam where a live
-target calibrates counts (the vLLM target fills it from the server's /tokenize endpoint).
+Real engines count tokens with their own tokenizer: for them fairbench.calibrate renders the same
+recipes from words the server's tokenizer counts as one token each (asked of its /tokenize, or a
+local tokenizer.json), so the server, too, counts exactly the planned prompt tokens.
 """
 
 from __future__ import annotations
-
-from typing import Protocol
 
 import numpy as np
 
 from reference_scheduler.tokenizer import VOCAB, count_tokens
 
-__all__ = ["VOCAB", "TokenCounter", "count_tokens", "render_prompt", "render_tokens"]
+__all__ = ["VOCAB", "count_tokens", "render_prompt", "render_tokens"]
 
 _VOCAB_ARRAY = np.array(VOCAB, dtype=object)
 _PREFIX_DOMAIN = 0x5EED_F1E1D
 _BLOCK_DOMAIN = 0xB10C_1D5
-
-
-class TokenCounter(Protocol):
-    """Counts tokens the way a target's tokenizer does."""
-
-    def count(self, text: str) -> int: ...
 
 
 def _words(key: tuple[int, ...], n: int) -> np.ndarray:
