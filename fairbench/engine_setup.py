@@ -6,6 +6,7 @@ server's tokenizer once. Nothing here is a record of the run: probes are sent be
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import aiohttp
@@ -22,6 +23,7 @@ from fairbench.scenario import Scenario
 from fairbench.targets.engines import engine
 
 ENGINE_KINDS = ("vllm", "sglang", "tgi", "openai")
+PROBE_TIMEOUT_S = 120.0  # one max_tokens=1 request; a server that cannot answer it is not ready
 
 
 async def _get_json(session: aiohttp.ClientSession, url: str) -> Any:
@@ -92,7 +94,13 @@ async def engine_setup(scn: Scenario, plan: Plan, base_url: str | None) -> dict[
 
         async def probe(req: PlannedRequest, text: str) -> int | None:
             waiter, _ = target.start(target.prepare(req, text))  # type: ignore[attr-defined]
-            outcome = await waiter
+            try:
+                outcome = await asyncio.wait_for(waiter, PROBE_TIMEOUT_S)
+            except TimeoutError:
+                target.abort(waiter)  # type: ignore[attr-defined]
+                raise CalibrationError(
+                    f"a probe request got no answer in {PROBE_TIMEOUT_S:g} s"
+                ) from None
             if outcome.status != "ok":
                 raise CalibrationError(
                     f"a probe request failed: {outcome.kind}: {outcome.detail or ''}"[:300]

@@ -351,7 +351,8 @@ def _run_sharded(
     # Per shard: sent, done, errors, last lag (4n); then a ready flag per shard (n); then t0.
     shared = ctx.Array("q", 5 * n + 1, lock=False)
     t0 = 0
-    url = scn.target.metrics_url or (f"{base_url.rstrip('/')}/metrics" if base_url else None)
+    root = base_url or scn.target.base_url
+    url = scn.target.metrics_url or (f"{root.rstrip('/')}/metrics" if root else None)
     if scn.target.kind == "openai" and not scn.target.metrics_url:
         url = None
     scraper = (

@@ -91,6 +91,12 @@ def test_two_worker_processes_share_t0_and_merge_by_request_id(tmp_path: Path) -
     summary = json.loads((out / "summary.json").read_text())
     assert summary["accounting"]["holds"] and set(records["worker"]) == {0, 1}
     assert records["request_id"].is_unique and (records["status"] == "ok").all()
+    # the parent scrapes the server for all shards: a baseline before any request ends
+    metrics = pd.read_parquet(out / "server_metrics.parquet")
+    scrapes = sorted(metrics["t_ns"].unique())
+    assert scrapes[0] < records["t_done_ns"].min() and len(scrapes) >= 3
+    served = metrics[metrics["metric"] == "scheduler_throughput_tokens_total"]
+    assert served[served["t_ns"] == scrapes[-1]]["value"].sum() == records["output_tokens"].sum()
     # both shards aimed at the same clock: intended times are the plan's offsets
     from fairbench.plan import load_plan
 
