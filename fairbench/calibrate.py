@@ -33,7 +33,7 @@ import aiohttp
 import numpy as np
 
 from fairbench.plan import ENDPOINTS, Plan, PlannedRequest
-from fairbench.prompts import VOCAB, render_tokens
+from fairbench.prompts import VOCAB
 
 MIN_WORDS = 64  # fewer kept words than this and prompts would be too repetitive to trust
 ENOUGH_WORDS = 1024  # stop asking once this many are kept
@@ -84,16 +84,7 @@ class Calibration:
         overhead = dict(self.overhead)
 
         def render(req: PlannedRequest) -> str:
-            k = max(1, req.prompt_tokens - overhead.get(req.endpoint, 0))
-            key = (req.workload_index, req.prefix_group) if req.prefix_group >= 0 else None
-            ids = render_tokens(
-                k,
-                req.prompt_seed,
-                prefix_key=key,
-                prefix_tokens=req.prefix_tokens,
-                block_ids=req.block_ids,
-                block_tokens=req.block_tokens,
-            )
+            ids = req.prompt_ids(max(1, req.prompt_tokens - overhead.get(req.endpoint, 0)))
             return " ".join(words[ids % len(words)])
 
         return render

@@ -12,7 +12,6 @@ from typing import Any
 import aiohttp
 
 from fairbench.calibrate import (
-    Calibration,
     CalibrationError,
     FileTokenizer,
     HTTPTokenizer,
@@ -78,7 +77,7 @@ async def engine_setup(scn: Scenario, plan: Plan, base_url: str | None) -> dict[
         if spec.tokenizer:
             count: Any = FileTokenizer(spec.tokenizer)
             source = f"tokenizer file {spec.tokenizer.rsplit('/', 1)[-1]}"
-        elif spec.calibrate and e.tokenize_path is not None:
+        elif e.tokenize_path is not None:
             count = HTTPTokenizer(
                 session, base + e.tokenize_path, e.tokenize_body, e.tokenize_count, out["model"]
             )
@@ -128,8 +127,3 @@ async def engine_setup(scn: Scenario, plan: Plan, base_url: str | None) -> dict[
                     f"(e.g. planned {bad[0]['planned']}, server {bad[0]['server']})"
                 )
     return out
-
-
-def calibration_of(setup: dict[str, Any]) -> Calibration | None:
-    data = setup.get("calibration")
-    return Calibration.from_json(data) if data else None

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from fairbench.prompts import render_prompt
+from fairbench.prompts import render_tokens, text_of
 
 PLAN_FORMAT = 1
 ENDPOINTS: tuple[str, ...] = ("chat", "completions", "embeddings")
@@ -62,17 +62,22 @@ class PlannedRequest:
     block_ids: np.ndarray | None = None
     block_tokens: int = 512
 
-    def prompt(self) -> str:
-        """The prompt text: exactly `prompt_tokens` reference tokens (see fairbench.prompts)."""
+    def prompt_ids(self, length: int | None = None) -> np.ndarray:
+        """Vocabulary indices of the prompt's words, `length` of them (default prompt_tokens):
+        a shorter prompt is the same prompt cut short, so prefix sharing survives."""
         key = (self.workload_index, self.prefix_group) if self.prefix_group >= 0 else None
-        return render_prompt(
-            self.prompt_tokens,
+        return render_tokens(
+            self.prompt_tokens if length is None else length,
             self.prompt_seed,
             prefix_key=key,
             prefix_tokens=self.prefix_tokens,
             block_ids=self.block_ids,
             block_tokens=self.block_tokens,
         )
+
+    def prompt(self) -> str:
+        """The prompt text: exactly `prompt_tokens` reference tokens (see fairbench.prompts)."""
+        return text_of(self.prompt_ids())
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import numpy as np
 
 from reference_scheduler.tokenizer import VOCAB, count_tokens
 
-__all__ = ["VOCAB", "count_tokens", "render_prompt", "render_tokens"]
+__all__ = ["VOCAB", "count_tokens", "render_prompt", "render_tokens", "text_of"]
 
 _VOCAB_ARRAY = np.array(VOCAB, dtype=object)
 _PREFIX_DOMAIN = 0x5EED_F1E1D
@@ -64,7 +64,11 @@ def render_tokens(
     return np.concatenate(parts)
 
 
+def text_of(ids: np.ndarray) -> str:
+    """The words of these vocabulary indices, one space apart: one reference token each."""
+    return " ".join(_VOCAB_ARRAY[ids])
+
+
 def render_prompt(*args: object, **kwargs: object) -> str:
     """The prompt text of `render_tokens(...)`: exactly `prompt_tokens` reference tokens."""
-    ids = render_tokens(*args, **kwargs)  # type: ignore[arg-type]
-    return " ".join(_VOCAB_ARRAY[ids])
+    return text_of(render_tokens(*args, **kwargs))  # type: ignore[arg-type]

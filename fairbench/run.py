@@ -199,11 +199,12 @@ def make_target(
     return target
 
 
-def metrics_url(target: Target, scn: Scenario) -> str | None:
-    url = scn.target.metrics_url or getattr(target, "metrics_url", None)
-    if url:
-        return str(url)
-    base = getattr(target, "base_url", None) or scn.target.base_url
+def metrics_url(scn: Scenario, base_url: str | None) -> str | None:
+    """Where the server's Prometheus metrics are: the scenario's own `metrics_url`, else the
+    server's `/metrics` (not guessed for a generic OpenAI-compatible server)."""
+    if scn.target.metrics_url:
+        return scn.target.metrics_url
+    base = base_url or scn.target.base_url
     return f"{base.rstrip('/')}/metrics" if base and scn.target.kind != "openai" else None
 
 
@@ -246,7 +247,8 @@ async def _live(
     scraper = None
     t0 = 0
     ticker = None
-    url = metrics_url(target, scn) if run_dir is not None else None
+    # the target knows its URL once open (the reference target starts its own server)
+    url = metrics_url(scn, getattr(target, "base_url", None)) if run_dir is not None else None
     if url and run_dir is not None:  # launched now: its interpreter starts during warm-up
         scraper = ScraperProcess(
             url, run_dir / "server_metrics.parquet", scn.target.scrape_interval
@@ -351,10 +353,7 @@ def _run_sharded(
     # Per shard: sent, done, errors, last lag (4n); then a ready flag per shard (n); then t0.
     shared = ctx.Array("q", 5 * n + 1, lock=False)
     t0 = 0
-    root = base_url or scn.target.base_url
-    url = scn.target.metrics_url or (f"{root.rstrip('/')}/metrics" if root else None)
-    if scn.target.kind == "openai" and not scn.target.metrics_url:
-        url = None
+    url = metrics_url(scn, base_url)
     scraper = (
         ScraperProcess(url, run_dir / "server_metrics.parquet", scn.target.scrape_interval)
         if url
@@ -382,11 +381,11 @@ def _run_sharded(
     try:
         while any(p.is_alive() for p in procs):
             ready = all(shared[4 * n + k] for k in range(n))
-            if ready and scraper is not None:
-                scraper.wait_ready()
             if not t0 and (ready or not all(p.is_alive() for p in procs)):
                 # Every shard has loaded its plan and warmed its connections (or one died, and
                 # the rest must not wait forever: its requests will show up as missing).
+                if scraper is not None:
+                    scraper.wait_ready()  # its baseline scrape must come before t0
                 t0 = time.perf_counter_ns() + int(exec_options.lead_s * 1e9)
                 shared[5 * n] = t0
                 if scraper is not None:

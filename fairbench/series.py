@@ -94,20 +94,20 @@ def events_over_time(df: pd.DataFrame, bin_s: float = 1.0) -> dict[str, Any]:
 
 
 def server_series(metrics: pd.DataFrame | None, names: tuple[str, ...]) -> dict[str, Any]:
-    """Scraped server samples over time (summed over labels); counters become rates."""
+    """Scraped server samples over time (summed over labels); counters (`*_total`) become rates,
+    with resets handled (fairbench.server_metrics)."""
+    from fairbench import server_metrics as sm
+
     if metrics is None or not len(metrics):
         return {}
     out: dict[str, Any] = {}
     for name in names:
-        rows = metrics[metrics["metric"] == name]
-        if not len(rows):
+        if not (metrics["metric"] == name).any():
             continue
-        per_t = rows.groupby("t_ns")["value"].sum().sort_index()
-        t = per_t.index.to_numpy() / 1e9
-        v = per_t.to_numpy()
-        if name.endswith("_total") and len(v) > 1:
-            v = np.diff(v) / np.maximum(np.diff(t), 1e-9)
-            t = t[1:]
+        if name.endswith("_total"):
+            t, v = sm.counter_rate(metrics, name.removesuffix("_total"))
+        else:
+            t, v = sm.gauge(metrics, name)
         out[name] = {"t": t.tolist(), "v": v.tolist()}
     return out
 

@@ -57,19 +57,26 @@ def increases(values: np.ndarray) -> np.ndarray:
     return np.where(d < 0, values[1:], d)
 
 
-def counter_rate(df: pd.DataFrame, family: str) -> tuple[np.ndarray, np.ndarray]:
-    """(t seconds at each step's end, increase per second summed over labels)."""
+def counter_steps(df: pd.DataFrame, family: str) -> tuple[np.ndarray, np.ndarray]:
+    """(scrape times in seconds, increase between consecutive scrapes summed over labels)."""
     rows = _family_rows(df, family)
     rows = rows[rows["metric"] == rows["metric"].iloc[0]] if len(rows) else rows
     times = np.sort(rows["t_ns"].unique())
     if len(times) < 2:
-        return np.zeros(0), np.zeros(0)
+        return times / 1e9, np.zeros(0)
     total = np.zeros(len(times) - 1)
     for _, series in rows.groupby("labels"):
         s = series.set_index("t_ns")["value"].reindex(times).ffill().fillna(0.0)
         total += increases(s.to_numpy(float))
-    dt = np.diff(times) / 1e9
-    return times[1:] / 1e9, total / np.maximum(dt, 1e-9)
+    return times / 1e9, total
+
+
+def counter_rate(df: pd.DataFrame, family: str) -> tuple[np.ndarray, np.ndarray]:
+    """(t seconds at each step's end, increase per second summed over labels)."""
+    times, steps = counter_steps(df, family)
+    if not len(steps):
+        return np.zeros(0), np.zeros(0)
+    return times[1:], steps / np.maximum(np.diff(times), 1e-9)
 
 
 def histogram_quantile(bounds: np.ndarray, cumulative: np.ndarray, q: float) -> float:
@@ -173,16 +180,14 @@ def overview(df: pd.DataFrame, headline: tuple[str, ...]) -> list[dict[str, Any]
                 continue
             row.update(run)
         elif kind == "counter":
-            t, rate = counter_rate(df, family)
-            if not len(t):
+            times, steps = counter_steps(df, family)
+            if not len(steps):
                 continue
-            times = np.sort(_family_rows(df, family)["t_ns"].unique()) / 1e9
-            step = np.diff(times)
-            increase = float(np.sum(rate * step))
+            increase = float(steps.sum())
             row.update(
                 increase=increase,
                 rate_mean=increase / max(float(times[-1] - times[0]), 1e-9),
-                rate_max=float(np.max(rate)),
+                rate_max=float(np.max(steps / np.maximum(np.diff(times), 1e-9))),
             )
         else:
             t, v = gauge(df, family)

@@ -156,10 +156,6 @@ class ReferenceTarget(OpenAITarget):
             class_header="X-SLO-Class",
         )
 
-    @property
-    def metrics_url(self) -> str:
-        return self.base_url + "/metrics"
-
     async def open(self) -> None:
         self.base_url = self.server.start()
         await super().open()
