@@ -1,6 +1,6 @@
 """Analysis of 1,000,000 records: every summary metric, with bootstrap CIs. Target: under 30 s.
 
-The summary's quantile CIs use the exact bootstrap (fairbench.stats): the resampling
+The summary's quantile CIs use the exact bootstrap (fairbench.analysis.stats): the resampling
 distribution of a sample quantile in closed form — the limit of infinitely many resamples. The
 baseline, measured in the same run, is the explicit percentile bootstrap with 1,000 resamples of
 one quantile (timed on 50 resamples and scaled, labelled as such).
@@ -17,9 +17,9 @@ import numpy as np
 import pandas as pd
 from _common import finish, peak_rss_mb, show, verdict
 
-from fairbench.scenario import parse_scenario
-from fairbench.stats import quantile_ci
-from fairbench.summary import build_summary
+from fairbench.analysis.stats import quantile_ci
+from fairbench.analysis.summary import build_summary
+from fairbench.workload.scenario import parse_scenario
 
 SCENARIO = parse_scenario(
     {

@@ -30,8 +30,9 @@ import numpy as np
 import pandas as pd
 from _common import console, finish, show, verdict
 
-from fairbench.run import RunOptions, execute_run
-from fairbench.scenario import parse_scenario
+from fairbench.pipeline import run_scenario
+from fairbench.run import RunOptions
+from fairbench.workload.scenario import parse_scenario
 
 HERE = Path(__file__).resolve().parent
 
@@ -80,7 +81,7 @@ def trial(rate: float, seconds: float, process: str, workers: int, workdir: Path
     server = TruthServer(workdir)
     out = workdir / f"run-{process}-{rate:g}-{workers}"
     try:
-        outcome = execute_run(
+        outcome = run_scenario(
             scenario(rate, seconds, process),
             RunOptions(out=out, workers=workers, base_url=server.url),
         )

@@ -68,8 +68,8 @@ def child(kind: str, n: int) -> None:
         np.argsort(t, kind="stable")
         digest = ""
     else:
-        from fairbench.materialize import materialize
-        from fairbench.scenario import parse_scenario
+        from fairbench.plan.materialize import materialize
+        from fairbench.workload.scenario import parse_scenario
 
         plan = materialize(parse_scenario({**SCENARIO, "run": {"requests": n}}), 1)
         assert len(plan) == n

@@ -27,8 +27,9 @@ import pandas as pd
 from _common import finish, show, verdict
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fairbench.run import RunOptions, execute_run
-from fairbench.scenario import parse_scenario
+from fairbench.pipeline import run_scenario
+from fairbench.run import RunOptions
+from fairbench.workload.scenario import parse_scenario
 from tests.test_faults import EXPECTED
 
 KINDS = EXPECTED  # fault kind -> (status, error kind), shared with tests/test_faults.py
@@ -58,7 +59,7 @@ def faults(workdir: Path) -> None:
         }
     )
     out = workdir / "faults"
-    summary = execute_run(scn, RunOptions(out=out, report=False)).summary
+    summary = run_scenario(scn, RunOptions(out=out)).summary
     records = pd.read_parquet(out / "records.parquet")
     metrics = pd.read_parquet(out / "server_metrics.parquet")
     injected = metrics[metrics["metric"] == "scheduler_faults_injected_total"]
@@ -146,7 +147,7 @@ def soak(workdir: Path, minutes: float, rate: float) -> None:
 
     thread = threading.Thread(target=sample, daemon=True)
     thread.start()
-    outcome = execute_run(scn, RunOptions(out=workdir / "soak", report=False, workers=1))
+    outcome = run_scenario(scn, RunOptions(out=workdir / "soak", workers=1))
     stop.set()
     thread.join()
     frame = pd.DataFrame(samples, columns=["t", "server_rss", "server_fd", "gen_rss", "gen_fd"])

@@ -17,7 +17,8 @@ import plotly.graph_objects as go
 from _common import finish, show, verdict
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fairbench.report import _fig_html, _page
+from fairbench.report.html import fig_html
+from fairbench.report.html import page as html_page
 from tests.test_report import CHROMIUM, browser_check, sim_run
 
 
@@ -28,11 +29,11 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="fb-report-"))
     base = tmp / "baseline.html"
     base.write_text(
-        _page(
+        html_page(
             "baseline",
             [
-                _fig_html(go.Figure(go.Scatter(x=[1, 2], y=[1, 2])), "a"),
-                _fig_html(go.Figure(go.Scatter(x=[1, 2], y=[2, 1])), "b"),
+                fig_html(go.Figure(go.Scatter(x=[1, 2], y=[1, 2])), "a"),
+                fig_html(go.Figure(go.Scatter(x=[1, 2], y=[2, 1])), "b"),
             ],
         )
     )

@@ -30,8 +30,9 @@ import yaml
 from _common import finish, show, verdict
 from prometheus_client.parser import text_string_to_metric_families
 
-from fairbench.run import RunOptions, execute_run
-from fairbench.scenario import load_scenario, parse_scenario
+from fairbench.pipeline import run_scenario
+from fairbench.run import RunOptions
+from fairbench.workload.scenario import load_scenario, parse_scenario
 
 CORES = sorted(os.sched_getaffinity(0))
 REPO = Path(__file__).resolve().parents[1]
@@ -99,7 +100,7 @@ def trial(url: str, rate: float, seconds: float, workdir: Path) -> dict:  # type
     )
     bounds, before = lag_histogram(url)
     out = workdir / f"run-{rate:g}"
-    outcome = execute_run(scn, RunOptions(out=out, workers=1))
+    outcome = run_scenario(scn, RunOptions(out=out, workers=1))
     bounds, after = lag_histogram(url)
     records = pd.read_parquet(out / "records.parquet")
     shutil.rmtree(out, ignore_errors=True)
@@ -119,7 +120,7 @@ def quickstart(workdir: Path) -> None:
     os.sched_setaffinity(0, set(CORES))  # as a user runs it: no pinning, the server inherits this
     scn = load_scenario(REPO / "scenarios" / "quickstart.yaml")
     out = workdir / "quickstart"
-    outcome = execute_run(scn, RunOptions(out=out))
+    outcome = run_scenario(scn, RunOptions(out=out))
     metrics = pd.read_parquet(out / "server_metrics.parquet")
     last = metrics[metrics["t_ns"] == metrics["t_ns"].max()]
     buckets = last[last["metric"] == "scheduler_step_lag_seconds_bucket"]

@@ -18,10 +18,10 @@ import time
 import numpy as np
 from _common import finish, show, verdict
 
-from reference_scheduler.config import parse_scheduler_config
-from reference_scheduler.job import Job
+from reference_scheduler.core.job import Job
+from reference_scheduler.drivers.virtual import simulate
 from reference_scheduler.policies import build_policy
-from reference_scheduler.sim import simulate
+from reference_scheduler.scheduler.config import parse_scheduler_config
 
 CLASSES = ("interactive", "batch", "best-effort")
 

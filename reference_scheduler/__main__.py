@@ -11,9 +11,9 @@ import asyncio
 import contextlib
 import sys
 
-from reference_scheduler.config import SchedulerConfigError
-from reference_scheduler.server import serve
-from reference_scheduler.server_config import load_server_config
+from reference_scheduler.scheduler.config import SchedulerConfigError
+from reference_scheduler.server.app import serve
+from reference_scheduler.server.config import load_server_config
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from fairbench.materialize import materialize
-from fairbench.plan import Plan
-from fairbench.scenario import Scenario, parse_scenario
+from fairbench.plan.materialize import materialize
+from fairbench.plan.model import Plan
+from fairbench.workload.scenario import Scenario, parse_scenario
 
 
 def make_scenario(

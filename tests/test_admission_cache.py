@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from reference_scheduler.config import parse_scheduler_config
-from reference_scheduler.engine import Engine
-from reference_scheduler.job import Job
-from reference_scheduler.prefix_cache import PrefixCache, PrefixCacheSpec
-from reference_scheduler.sim import simulate
+from reference_scheduler.core.job import Job
+from reference_scheduler.core.prefix_cache import PrefixCache, PrefixCacheSpec
+from reference_scheduler.drivers.virtual import simulate
+from reference_scheduler.scheduler.config import parse_scheduler_config
+from reference_scheduler.scheduler.engine import Engine
 
 SLOW = {"constant_step_ms": 10.0, "kv_cache_tokens": 10**6, "max_num_seqs": 1}
 
@@ -72,7 +72,7 @@ def test_congestion_caps_max_tokens_of_batch_before_rejecting() -> None:
 
 
 def test_retry_after_is_the_queue_drain_time_at_the_recent_rate() -> None:
-    from reference_scheduler.admission import Admission, AdmissionSpec
+    from reference_scheduler.core.admission import Admission, AdmissionSpec
 
     adm = Admission(AdmissionSpec(max_queue=7))
     for k in range(30):  # 30 completions within the last 10 s: 3 per second

@@ -10,9 +10,7 @@ chat template's markers, as vLLM does.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,18 +19,20 @@ import numpy as np
 import pytest
 from aiohttp import web
 
-from fairbench.calibrate import (
+from fairbench.pipeline import run_scenario
+from fairbench.plan.materialize import materialize
+from fairbench.run import RunOptions
+from fairbench.targets.calibrate import (
     MIN_WORDS,
     Calibration,
     FileTokenizer,
     calibrate,
     single_token_words,
 )
-from fairbench.materialize import materialize
-from fairbench.prompts import VOCAB
-from fairbench.run import RunOptions, execute_run
-from fairbench.scenario import parse_scenario
+from fairbench.workload.prompts import VOCAB
+from fairbench.workload.scenario import parse_scenario
 from tests.engines.make_tiny_llama import train_tokenizer
+from tests.loopback import serve_in_thread
 
 TEMPLATE_TOKENS = 5  # what the fake server's chat template adds, like the tiny Llama's
 
@@ -169,7 +169,7 @@ class FakeVLLM:
 
 @pytest.fixture
 def fake_vllm(tokenizer_file: str) -> Iterator[tuple[str, FakeVLLM]]:
-    """Served from its own thread and loop: execute_run needs the main thread (signals)."""
+    """Served from its own thread and loop: run_scenario needs the main thread (signals)."""
     fake = FakeVLLM(tokenizer_file)
     app = web.Application()
     app.router.add_get("/v1/models", fake.models)
@@ -178,18 +178,8 @@ def fake_vllm(tokenizer_file: str) -> Iterator[tuple[str, FakeVLLM]]:
     app.router.add_post("/tokenize", fake.tokenize)
     app.router.add_post("/v1/chat/completions", fake.generate)
     app.router.add_post("/v1/completions", fake.generate)
-    loop = asyncio.new_event_loop()
-    runner = web.AppRunner(app)
-    loop.run_until_complete(runner.setup())
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    loop.run_until_complete(site.start())
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{port}", fake
-    asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=10)
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(timeout=10)
+    with serve_in_thread(app) as url:
+        yield url, fake
 
 
 def test_run_against_a_vllm_counts_exactly_the_plan(
@@ -197,7 +187,7 @@ def test_run_against_a_vllm_counts_exactly_the_plan(
 ) -> None:
     url, fake = fake_vllm
     scn = parse_scenario(scenario(url))
-    outcome = execute_run(scn, RunOptions(out=tmp_path / "run", workers=1))
+    outcome = run_scenario(scn, RunOptions(out=tmp_path / "run", workers=1))
     header = json.loads((tmp_path / "run" / "run.json").read_text())
     target = header["target"]
     assert target["model"] == "tiny" and target["server_version"] == "0.32.0"
@@ -214,7 +204,7 @@ def test_run_against_a_vllm_counts_exactly_the_plan(
 def test_uncalibratable_run_says_so(fake_vllm: tuple[str, FakeVLLM], tmp_path: Path) -> None:
     url, _ = fake_vllm
     scn = parse_scenario(scenario(url, calibrate=False))
-    outcome = execute_run(scn, RunOptions(out=tmp_path / "run", workers=1))
+    outcome = run_scenario(scn, RunOptions(out=tmp_path / "run", workers=1))
     assert outcome.summary["warnings"] == [
         "prompt lengths: not calibrated (target.calibrate: false)"
     ]

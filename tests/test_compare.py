@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from fairbench.compare import CompareRefused, RunData, compare_dirs, compare_scenario_pairs
-from fairbench.materialize import materialize
-from fairbench.records import records_frame
-from fairbench.run import RunOptions, execute_run
-from fairbench.scenario import Scenario, load_scenario
+from fairbench.decide.compare import CompareRefused, RunData, compare_dirs, compare_scenario_pairs
+from fairbench.pipeline import run_scenario
+from fairbench.plan.materialize import materialize
+from fairbench.run import RunOptions
+from fairbench.run.records import records_frame
 from fairbench.targets.sim import run_sim
+from fairbench.workload.scenario import Scenario, load_scenario
 
 REPO = Path(__file__).resolve().parents[1]
 INCIDENT = load_scenario(REPO / "scenarios" / "incident-fifo.yaml")
@@ -51,8 +52,8 @@ def test_refuses_runs_of_different_plans_and_says_which(tmp_path: Path) -> None:
     short = INCIDENT.run.model_copy(update={"duration": 20.0, "warmup": 0.0, "cooldown": 0.0})
     tenants = [t.model_copy(update={"phases": []}) for t in INCIDENT.tenants]
     scn = INCIDENT.model_copy(update={"run": short, "tenants": tenants})
-    a = execute_run(scn, RunOptions(out=tmp_path / "a", seed=1)).run_dir
-    b = execute_run(scn, RunOptions(out=tmp_path / "b", seed=2)).run_dir
+    a = run_scenario(scn, RunOptions(out=tmp_path / "a", seed=1)).run_dir
+    b = run_scenario(scn, RunOptions(out=tmp_path / "b", seed=2)).run_dir
     with pytest.raises(CompareRefused, match="no B run replayed the plan"):
         compare_dirs([a], [b], resamples=100)
     ra, rb = sim_run(scn, 1, "fifo", 0), sim_run(scn, 2, "fifo", 0)

@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from reference_scheduler.config import parse_scheduler_config
-from reference_scheduler.job import Job
-from reference_scheduler.sim import simulate
+from reference_scheduler.core.job import Job
+from reference_scheduler.drivers.virtual import simulate
+from reference_scheduler.scheduler.config import parse_scheduler_config
 
 SINGLE_SERVER = {
     "policy": "fifo",

@@ -18,10 +18,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from fairbench.executor import ExecOptions, Executor
-from fairbench.records import JournalWriter, read_journal
 from fairbench.targets.openai import OpenAITarget, Priority
 from tests.conftest import make_plan
+from tests.loopback import execute, serve
 
 FIXTURES = Path(__file__).parent / "fixtures" / "engines"
 
@@ -58,14 +57,9 @@ async def replay(request: web.Request) -> web.StreamResponse:
 async def server_url() -> AsyncIterator[str]:
     app = web.Application()
     app.router.add_route("POST", "/{tail:.*}", replay)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     seen.clear()
-    yield f"http://127.0.0.1:{port}"
-    await runner.cleanup()
+    async with serve(app) as url:
+        yield url
 
 
 class FixtureTarget(OpenAITarget):
@@ -95,14 +89,7 @@ async def one_record(
     assert len(plan) == 1
     target = FixtureTarget(url, model="tiny", kind=kind, api=api, priority=priority)
     target.fixture, target.status = fixture, status
-    await target.open()
-    journal = JournalWriter(tmp_path / "j.jsonl")
-    try:
-        await Executor(plan, target, journal, ExecOptions(timeout_s=5)).run()
-    finally:
-        await target.close()
-        journal.close()
-    (row,) = read_journal(tmp_path / "j.jsonl")
+    (row,) = await execute(plan, target, tmp_path / "j.jsonl", timeout_s=5)
     return row
 
 

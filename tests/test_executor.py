@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fairbench.executor import ExecOptions, Executor
-from fairbench.plan import PlannedRequest
-from fairbench.records import check_accounting, read_journal
+from fairbench.plan.model import PlannedRequest
+from fairbench.run.executor import ExecOptions, Executor
+from fairbench.run.records import check_accounting, read_journal
 from fairbench.targets.base import Done, Failed, Started, TargetEvent, Token
 from fairbench.targets.mock import MockTarget
 from tests.conftest import make_plan
@@ -26,7 +26,7 @@ async def fast(req: PlannedRequest) -> AsyncIterator[TargetEvent]:
 
 
 async def run_plan(tmp_path: Path, plan, handler, **options):  # type: ignore[no-untyped-def]
-    from fairbench.records import JournalWriter
+    from fairbench.run.records import JournalWriter
 
     journal = JournalWriter(tmp_path / "journal.jsonl")
     ex = Executor(plan, MockTarget(handler), journal, ExecOptions(**options))
@@ -130,7 +130,7 @@ async def test_stop_cancels_the_rest_and_still_records_everything(tmp_path: Path
         await asyncio.sleep(10)
         yield Done(1)
 
-    from fairbench.records import JournalWriter
+    from fairbench.run.records import JournalWriter
 
     plan = make_plan(rate=20, duration="5s")
     journal = JournalWriter(tmp_path / "journal.jsonl")

@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference_scheduler.config import parse_scheduler_config
-from reference_scheduler.engine import Engine
-from reference_scheduler.job import Job
+from reference_scheduler.core.job import Job
+from reference_scheduler.drivers.virtual import simulate
 from reference_scheduler.policies.dwrr import Dwrr
 from reference_scheduler.policies.fifo import Fifo
 from reference_scheduler.policies.wfq import Wfq
-from reference_scheduler.sim import simulate
+from reference_scheduler.scheduler.config import parse_scheduler_config
+from reference_scheduler.scheduler.engine import Engine
 
 # ---------------------------------------------------------------- DRR
 

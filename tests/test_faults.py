@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from fairbench.scenario import ScenarioError, parse_scenario
+from fairbench.workload.scenario import ScenarioError, parse_scenario
 from tests.cli import run_cli
 
 # fault kind -> (status, error kind) the generator must record

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from fairbench.gate import (
+from fairbench.decide.gate import (
     GateError,
     as_junit,
     as_markdown,

@@ -12,8 +12,8 @@ import aiohttp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reference_scheduler.openapi import OPENAPI
-from reference_scheduler.server_config import parse_server_config
+from reference_scheduler.server.config import parse_server_config
+from reference_scheduler.server.openapi import OPENAPI
 from tests.test_server import free_port
 
 SCHEMAS = OPENAPI["components"]["schemas"]
@@ -105,7 +105,7 @@ class Server:
     def __init__(self) -> None:
         import threading
 
-        from reference_scheduler.server import serve
+        from reference_scheduler.server.app import serve
 
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"

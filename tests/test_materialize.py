@@ -12,10 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fairbench.materialize import materialize
-from fairbench.plan import load_plan
-from fairbench.prompts import count_tokens
-from fairbench.scenario import ScenarioError, parse_scenario
+from fairbench.plan.materialize import materialize
+from fairbench.plan.model import load_plan
+from fairbench.workload.prompts import count_tokens
+from fairbench.workload.scenario import ScenarioError, parse_scenario
 
 
 def scenario(
@@ -96,7 +96,8 @@ def test_seed_zero_is_a_seed_and_seeds_differ() -> None:
 
 def test_digest_is_stable_across_processes() -> None:
     code = (
-        "from fairbench.scenario import parse_scenario; from fairbench.materialize import "
+        "from fairbench.workload.scenario import parse_scenario; "
+        "from fairbench.plan.materialize import "
         f"materialize; print(materialize(parse_scenario({QUICK!r}), 42).digest)"
     )
     out = {

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fairbench import metrics as m
-from fairbench.fairness import service_difference, windowed_jain
+from fairbench.analysis import metrics as m
+from fairbench.analysis.fairness import service_difference, windowed_jain
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "reference-results" / "vtc"
 
@@ -193,7 +193,7 @@ def test_windowed_jain_sees_a_burst_the_whole_run_hides() -> None:
 
 
 def test_accumulated_service_gap_by_hand() -> None:
-    from fairbench.analysis import accumulated_service_gap
+    from fairbench.analysis.blocks import accumulated_service_gap
 
     # a: 100 units over [0, 10]; b (weight 2): 100 units over [10, 20].
     # At t=10: a has 100, b has 0 -> gap 100. At t=20: a 100, b 100/2 = 50 -> gap 50.

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from fairbench.executor import ExecOptions, Executor
-from fairbench.records import JournalWriter, read_journal
+from fairbench.plan import Plan
+from fairbench.run.records import read_journal
 from fairbench.targets.openai import OpenAITarget
 from tests.conftest import make_plan
+from tests.loopback import execute, serve
 
 
 def chunk(obj: object) -> bytes:
@@ -103,13 +104,8 @@ seen_keys: list[str | None] = []
 async def server_url() -> AsyncIterator[str]:
     app = web.Application()
     app.router.add_post("/v1/chat/completions", scripted)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    yield f"http://127.0.0.1:{port}"
-    await runner.cleanup()
+    async with serve(app) as url:
+        yield url
 
 
 class ModeTarget(OpenAITarget):
@@ -135,14 +131,8 @@ EXPECTED = {
 }
 
 
-async def run_against(target: OpenAITarget, plan: object, tmp_path: Path) -> None:
-    await target.open()
-    journal = JournalWriter(tmp_path / "j.jsonl")
-    try:
-        await Executor(plan, target, journal, ExecOptions(timeout_s=5)).run()  # type: ignore[arg-type]
-    finally:
-        await target.close()
-        journal.close()
+async def run_against(target: OpenAITarget, plan: Plan, tmp_path: Path) -> None:
+    await execute(plan, target, tmp_path / "j.jsonl", timeout_s=5)
 
 
 async def test_stream_shapes_and_failures(server_url: str, tmp_path: Path) -> None:

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference_scheduler.job import Job
+from reference_scheduler.core.job import Job
+from reference_scheduler.core.policy import Policy
 from reference_scheduler.policies import POLICIES, PRESETS, build_policy
-from reference_scheduler.policy import Policy
 
 SPECS: list[Any] = [
     "fifo",

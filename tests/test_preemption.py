@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reference_scheduler.config import parse_scheduler_config
-from reference_scheduler.engine import Engine
-from reference_scheduler.job import Job
-from reference_scheduler.sim import simulate
+from reference_scheduler.core.job import Job
+from reference_scheduler.drivers.virtual import simulate
+from reference_scheduler.scheduler.config import parse_scheduler_config
+from reference_scheduler.scheduler.engine import Engine
 
 RANK = {"interactive": 0, "batch": 1, "best-effort": 2}
 

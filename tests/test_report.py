@@ -12,11 +12,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fairbench.compare import compare_dirs
-from fairbench.report import comparison_report, history_report, pareto_report
-from fairbench.run import RunOptions, execute_run
-from fairbench.scenario import parse_scenario
-from fairbench.series import cdf, detect_step
+from fairbench.analysis.series import cdf, detect_step
+from fairbench.decide.compare import compare_dirs
+from fairbench.pipeline import run_scenario
+from fairbench.report import (
+    comparison_report,
+    history_report,
+    pareto_report,
+    write_run_report,
+)
+from fairbench.run import RunOptions
+from fairbench.workload.scenario import parse_scenario
 
 SCENARIO = {
     "name": "report-test",
@@ -47,7 +53,9 @@ def sim_run(
         {**data["tenants"][0], "arrival": {"process": "poisson", "rate": rate}},
         data["tenants"][1],
     ]
-    return execute_run(parse_scenario(data), RunOptions(out=tmp_path / name, seed=seed)).run_dir
+    run_dir = run_scenario(parse_scenario(data), RunOptions(out=tmp_path / name, seed=seed)).run_dir
+    write_run_report(run_dir)
+    return run_dir
 
 
 def assert_self_contained(page: str) -> None:

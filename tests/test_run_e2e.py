@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from fairbench.run import load_partial_run
+from fairbench.pipeline import load_partial_run
 from tests.cli import run_cli, start_cli
 
 
@@ -98,7 +98,7 @@ def test_two_worker_processes_share_t0_and_merge_by_request_id(tmp_path: Path) -
     served = metrics[metrics["metric"] == "scheduler_throughput_tokens_total"]
     assert served[served["t_ns"] == scrapes[-1]]["value"].sum() == records["output_tokens"].sum()
     # both shards aimed at the same clock: intended times are the plan's offsets
-    from fairbench.plan import load_plan
+    from fairbench.plan.model import load_plan
 
     offsets = load_plan(out / "plan.parquet").columns["offset_ns"]
     assert (records.sort_values("request_id")["t_intended_ns"].to_numpy() == offsets).all()
@@ -154,7 +154,7 @@ def test_kill_9_loses_at_most_the_last_second(tmp_path: Path) -> None:
     assert any("incomplete run" in r for r in summary["invalid_reasons"])
     records = pd.read_parquet(out / "records.parquet")
     recovered = set(records["request_id"])
-    from fairbench.plan import load_plan
+    from fairbench.plan.model import load_plan
 
     plan = load_plan(out / "plan.parquet")
     # Each response takes well under 0.5 s here; anything intended more than 1.5 s before the

@@ -14,10 +14,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fairbench.materialize import materialize
-from fairbench.scenario import ScenarioError, load_scenario, parse_scenario, read_yaml
-from fairbench.traces import TraceError
-from fairbench.units import parse_duration, parse_rate
+from fairbench.plan.materialize import materialize
+from fairbench.workload.scenario import ScenarioError, load_scenario, parse_scenario, read_yaml
+from fairbench.workload.traces import TraceError
+from fairbench.workload.units import parse_duration, parse_rate
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = sorted((REPO / "scenarios").glob("*.yaml"))

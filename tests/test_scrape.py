@@ -9,11 +9,13 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from aiohttp import web
 
+from tests.loopback import serve
+
 METRICS = '# TYPE q gauge\nq{tenant="a"} 1\nq{tenant="b"} 2\n# TYPE r counter\nr_total 3\n'
 
 
 def test_samples_reach_disk_in_row_groups(tmp_path: Path) -> None:
-    from fairbench.scrape import Scraper
+    from fairbench.run.scrape import Scraper
 
     async def main() -> Scraper:
         async def metrics(_: web.Request) -> web.Response:
@@ -21,20 +23,15 @@ def test_samples_reach_disk_in_row_groups(tmp_path: Path) -> None:
 
         app = web.Application()
         app.router.add_get("/metrics", metrics)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        scraper = Scraper(f"http://127.0.0.1:{port}/metrics", tmp_path / "m.parquet", 0.01, 3)
-        t0 = time.perf_counter_ns()
-        scraper.start(t0)
-        for _ in range(200):  # bounded: until at least two row groups are on disk
-            await asyncio.sleep(0.02)
-            if scraper.scrapes >= 8:
-                break
-        await scraper.stop(t0)
-        await runner.cleanup()
+        async with serve(app) as url:
+            scraper = Scraper(f"{url}/metrics", tmp_path / "m.parquet", 0.01, 3)
+            t0 = time.perf_counter_ns()
+            scraper.start(t0)
+            for _ in range(200):  # bounded: until at least two row groups are on disk
+                await asyncio.sleep(0.02)
+                if scraper.scrapes >= 8:
+                    break
+            await scraper.stop(t0)
         return scraper
 
     scraper = asyncio.run(main())

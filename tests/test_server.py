@@ -14,8 +14,8 @@ import aiohttp
 import openai
 import pytest
 
-from reference_scheduler.server import serve
-from reference_scheduler.server_config import parse_server_config
+from reference_scheduler.server.app import serve
+from reference_scheduler.server.config import parse_server_config
 
 KEYS = {"sk-alice": "alice", "sk-bob": "bob"}
 CONFIG = {

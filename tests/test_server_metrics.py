@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fairbench import server_metrics as sm
-from fairbench.scrape import parse_prometheus
+from fairbench.analysis import server_metrics as sm
+from fairbench.run.scrape import parse_prometheus
 from fairbench.targets.engines import ENGINES
 
 FIXTURES = Path(__file__).parent / "fixtures" / "engines"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fairbench.sse import SSEParser
+from fairbench.targets.http.sse import SSEParser
 
 STREAM = (
     b": keep-alive\n\n"
@@ -57,7 +57,7 @@ def test_an_event_cut_off_by_the_end_is_partial_not_dispatched() -> None:
 def test_an_endless_event_is_refused_not_buffered() -> None:
     import pytest
 
-    from fairbench.sse import MAX_EVENT_BYTES
+    from fairbench.targets.http.sse import MAX_EVENT_BYTES
 
     parser = SSEParser()
     chunk = b"data: " + b"x" * (1 << 20)

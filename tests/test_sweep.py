@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 import yaml
 
-from fairbench.scenario import ScenarioError
-from fairbench.sweep import expand, knee, metric_value, pareto_front, run_sweep, scale_load
+from fairbench.analysis.registry import metric_value
+from fairbench.decide.sweep import expand, knee, pareto_front, run_sweep, scale_load
+from fairbench.workload.scenario import ScenarioError
 
 
 def test_pareto_front_by_hand() -> None:

@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fairbench.materialize import materialize
-from fairbench.scenario import parse_scenario
-from fairbench.traces import TraceError, detect_tick, read_trace, spread_ties
+from fairbench.plan.materialize import materialize
+from fairbench.workload.scenario import parse_scenario
+from fairbench.workload.traces import TraceError, detect_tick, read_trace, spread_ties
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "scenarios" / "traces" / "AzureLLMInferenceTrace_conv.csv"

@@ -25,8 +25,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fairbench import server_metrics as sm
-from fairbench.compare import compare_dirs
+from fairbench.analysis import server_metrics as sm
+from fairbench.decide.compare import compare_dirs
 from tests.cli import REPO, run_cli
 from tests.engines.vllm_server import VLLMServer
 

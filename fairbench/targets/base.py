@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from fairbench.plan import PlannedRequest
+from fairbench.plan.model import PlannedRequest
 
 
 @dataclass(frozen=True, slots=True)

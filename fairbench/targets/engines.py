@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fairbench.targets.wire import OPENAI, SGLANG, TGI, Dialect
+from fairbench.targets.http.wire import OPENAI, SGLANG, TGI, Dialect
 
 
 def _count_openai_style(obj: Any) -> int:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping
 
-from fairbench.plan import PlannedRequest
+from fairbench.plan.model import PlannedRequest
 from fairbench.targets.base import TargetEvent
 
 Handler = Callable[[PlannedRequest], AsyncIterator[TargetEvent]]

@@ -19,7 +19,7 @@ cap would close the open loop).
 The same class speaks to vLLM, SGLang and TGI (`kind`): their OpenAI-compatible APIs, or with
 `api="native"` SGLang's /generate and TGI's /generate_stream (bodies and dialects in
 targets/engines.py and targets/wire.py); the engine's priority field from `priority`; prompts
-from `renderer` (fairbench.calibrate makes one that the server's tokenizer counts exactly).
+from `renderer` (fairbench.targets.calibrate makes one that the server's tokenizer counts exactly).
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from fairbench.plan import PlannedRequest
+from fairbench.plan.model import PlannedRequest
 from fairbench.targets.engines import Engine, engine
-from fairbench.targets.fastclient import Outcome, Pool, request_bytes
-from fairbench.targets.wire import OPENAI, Dialect
+from fairbench.targets.http.client import Outcome, Pool, request_bytes
+from fairbench.targets.http.wire import OPENAI, Dialect
 
 Renderer = Callable[[PlannedRequest], str]
 
@@ -101,7 +101,7 @@ class OpenAITarget:
         self.api = api
         self.priority = priority
         self.renderer = renderer
-        self.calibration: dict[str, Any] | None = None  # set by fairbench.calibrate
+        self.calibration: dict[str, Any] | None = None  # set by fairbench.targets.calibrate
         self.server_version: str | None = None
         self.pool: Pool | None = None
 

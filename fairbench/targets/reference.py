@@ -24,8 +24,8 @@ from typing import Any
 
 import yaml
 
-from fairbench.scenario import Scenario, Tenant
 from fairbench.targets.openai import OpenAITarget
+from fairbench.workload.scenario import Scenario, Tenant
 
 START_TIMEOUT_S = 60.0
 
@@ -145,16 +145,16 @@ class ReferenceServer:
 
 
 class ReferenceTarget(OpenAITarget):
-    def __init__(self, scn: Scenario) -> None:
+    """An `OpenAITarget` whose server this target starts on open and stops on close.
+
+    `options` are the scenario's HTTP options (fairbench.targets.factory.http_options), so a
+    single-process run sends exactly what a sharded run against the same server sends; only
+    the tenant keys are the server's own.
+    """
+
+    def __init__(self, scn: Scenario, options: Mapping[str, Any]) -> None:
         self.server = ReferenceServer(scn)
-        super().__init__(
-            "http://127.0.0.1:0",
-            model=scn.target.model or "reference",
-            tenant_keys=self.server.keys,
-            ignore_eos=True,
-            kind="reference",
-            class_header="X-SLO-Class",
-        )
+        super().__init__("http://127.0.0.1:0", **{**options, "tenant_keys": self.server.keys})
 
     async def open(self) -> None:
         self.base_url = self.server.start()

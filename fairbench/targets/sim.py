@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from fairbench.plan import Plan
-from fairbench.scenario import Scenario
-from reference_scheduler.config import parse_scheduler_config
-from reference_scheduler.job import Job
-from reference_scheduler.sim import SimResult, simulate
+from fairbench.plan.model import Plan
+from fairbench.workload.scenario import Scenario
+from reference_scheduler.core.job import Job
+from reference_scheduler.drivers.virtual import SimResult, simulate
+from reference_scheduler.scheduler.config import parse_scheduler_config
 
 
 def block_hashes(plan: Plan, i: int, block_size: int) -> tuple[int, ...]:

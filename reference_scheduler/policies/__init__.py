@@ -10,6 +10,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from reference_scheduler.core.policy import Policy
 from reference_scheduler.policies.dwrr import Dwrr
 from reference_scheduler.policies.fifo import Fifo
 from reference_scheduler.policies.priority import Priority
@@ -17,7 +18,6 @@ from reference_scheduler.policies.sfq import Sfq
 from reference_scheduler.policies.tiered import Tiered, TierSpec
 from reference_scheduler.policies.vtc import Lcf, Vtc
 from reference_scheduler.policies.wfq import Wfq
-from reference_scheduler.policy import Policy
 
 POLICIES: dict[str, type] = {
     "fifo": Fifo,

@@ -37,8 +37,8 @@ from collections import deque
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any, ClassVar
 
-from reference_scheduler.job import Job
-from reference_scheduler.policy import ACCEPTED, BasePolicy, Policy, Verdict, cost_fn, key_fn
+from reference_scheduler.core.job import Job
+from reference_scheduler.core.policy import ACCEPTED, BasePolicy, Policy, Verdict, cost_fn, key_fn
 
 
 class _Class:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from reference_scheduler.job import Job
-from reference_scheduler.policy import ACCEPTED, BasePolicy, JobQueue, Verdict
+from reference_scheduler.core.job import Job
+from reference_scheduler.core.policy import ACCEPTED, BasePolicy, JobQueue, Verdict
 
 
 class Fifo(BasePolicy):

@@ -15,8 +15,8 @@ import bisect
 from collections.abc import Mapping
 from typing import ClassVar
 
-from reference_scheduler.job import Job
-from reference_scheduler.policy import ACCEPTED, BasePolicy, JobQueue, Verdict
+from reference_scheduler.core.job import Job
+from reference_scheduler.core.policy import ACCEPTED, BasePolicy, JobQueue, Verdict
 
 
 class Priority(BasePolicy):

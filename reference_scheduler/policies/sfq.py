@@ -17,9 +17,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from reference_scheduler.job import Job
+from reference_scheduler.core.job import Job
+from reference_scheduler.core.policy import Policy
 from reference_scheduler.policies.dwrr import Dwrr
-from reference_scheduler.policy import Policy
 
 
 class Sfq(Dwrr):

@@ -24,8 +24,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from reference_scheduler.job import Job
-from reference_scheduler.policy import ACCEPTED, BasePolicy, Policy, Verdict
+from reference_scheduler.core.job import Job
+from reference_scheduler.core.policy import ACCEPTED, BasePolicy, Policy, Verdict
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from reference_scheduler.job import Job
-from reference_scheduler.policy import ACCEPTED, BasePolicy, JobQueue, Verdict
+from reference_scheduler.core.job import Job
+from reference_scheduler.core.policy import ACCEPTED, BasePolicy, JobQueue, Verdict
 
 
 class Vtc(BasePolicy):

@@ -26,8 +26,8 @@ import heapq
 from collections.abc import Hashable, Mapping
 from typing import Any, ClassVar
 
-from reference_scheduler.job import Job
-from reference_scheduler.policy import ACCEPTED, BasePolicy, Verdict, cost_fn, key_fn
+from reference_scheduler.core.job import Job
+from reference_scheduler.core.policy import ACCEPTED, BasePolicy, Verdict, cost_fn, key_fn
 
 
 class Wfq(BasePolicy):

@@ -1,0 +1,18 @@
+"""Figures from records: per-request metrics, quantiles and their intervals, fairness, generator
+health, the summary blocks and summary.json, plot series and the server's scraped metrics.
+
+Pure functions over a records frame (no I/O, no clock). `registry` names every metric. Imports
+`workload` and `run` (the record schema); `pipeline`, `decide`, `report` and `cli` may import it.
+"""
+
+from fairbench.analysis.health import generator_health
+from fairbench.analysis.registry import ALIASES, metric_value
+from fairbench.analysis.summary import SUMMARY_SCHEMA_VERSION, build_summary
+
+__all__ = [
+    "ALIASES",
+    "SUMMARY_SCHEMA_VERSION",
+    "build_summary",
+    "generator_health",
+    "metric_value",
+]

@@ -1,0 +1,186 @@
+"""Plot series from records: pure and downsampled, so a report renders fast whatever the run size.
+
+Downsampling is for plots only: metrics always come from all records (fairbench.analysis.summary).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fairbench.analysis import metrics as m
+
+MAX_POINTS = 400
+
+
+def cdf(values: np.ndarray, max_points: int = MAX_POINTS) -> tuple[list[float], list[float]]:
+    """An empirical CDF as at most `max_points` (value, fraction) pairs, exact at both ends."""
+    v = np.sort(values[np.isfinite(values)])
+    if not len(v):
+        return [], []
+    q = np.linspace(0.0, 1.0, min(max_points, len(v)))
+    return np.quantile(v, q).tolist(), q.tolist()
+
+
+def latency_cdfs(
+    df: pd.DataFrame, by: str
+) -> dict[str, dict[str, tuple[list[float], list[float]]]]:
+    """metric -> group -> CDF of that latency in ms, for ok requests."""
+    ok = df[df["status"] == "ok"]
+    out: dict[str, dict[str, tuple[list[float], list[float]]]] = {}
+    for name, fn in (("TTFT", m.ttft_ns), ("TPOT", m.tpot_ns), ("E2E", m.e2e_ns)):
+        values = fn(ok) / 1e6
+        groups = ok[by].to_numpy()
+        out[name] = {g: cdf(values[groups == g]) for g in sorted(set(groups))}
+    return out
+
+
+def binned(t_s: np.ndarray, bin_s: float, t_end: float) -> np.ndarray:
+    edges = np.arange(0.0, t_end + bin_s, bin_s)
+    return np.histogram(t_s, bins=edges)[0]
+
+
+def shares_over_time(
+    df: pd.DataFrame, weights: dict[str, float], window_s: float
+) -> dict[str, Any]:
+    """Per window: each tenant's share of the service delivered, and its weighted max-min fair
+    share given what it asked for in that window."""
+    served = df[df["t_first_token_ns"].notna() & (df["status"] == "ok")]
+    tenants = sorted(weights)
+    if not len(served):
+        return {"t": [], "service": {}, "fair": {}}
+    t0 = df["t_intended_ns"].min()
+    start = (served["t_first_token_ns"].to_numpy(float) - t0) / 1e9
+    end = np.maximum((served["t_done_ns"].to_numpy(float) - t0) / 1e9, start + 1e-9)
+    cost = m.service_tokens(served)
+    arrive = (df["t_intended_ns"].to_numpy(float) - t0) / 1e9
+    demand_cost = df["prompt_tokens"].to_numpy(float) + 2 * df["max_tokens"].to_numpy(float)
+    names, who = served["tenant"].to_numpy(), df["tenant"].to_numpy()
+    w = np.array([weights[t] for t in tenants])
+    out: dict[str, Any] = {
+        "t": [],
+        "service": {t: [] for t in tenants},
+        "fair": {t: [] for t in tenants},
+    }
+    for lo in np.arange(0.0, float(end.max()), window_s):
+        hi = lo + window_s
+        inside = np.clip(np.minimum(end, hi) - np.maximum(start, lo), 0, None) / (end - start)
+        got = np.array([(cost * inside)[names == t].sum() for t in tenants])
+        want = np.array(
+            [demand_cost[(who == t) & (arrive >= lo) & (arrive < hi)].sum() for t in tenants]
+        )
+        total = got.sum()
+        if total <= 0:
+            continue
+        fair = m.water_fill(np.maximum(want, got), w, total)
+        out["t"].append(float(lo))
+        for k, t in enumerate(tenants):
+            out["service"][t].append(float(got[k] / total))
+            out["fair"][t].append(float(fair[k] / total))
+    return out
+
+
+def events_over_time(df: pd.DataFrame, bin_s: float = 1.0) -> dict[str, Any]:
+    """Requests per second by outcome (rejections, errors, timeouts) by intended time."""
+    t0 = df["t_intended_ns"].min()
+    t = (df["t_intended_ns"].to_numpy(float) - t0) / 1e9
+    end = float(t.max()) if len(t) else 0.0
+    out = {"t": np.arange(0.0, end + bin_s, bin_s)[:-1].tolist() if len(t) else []}
+    for status in ("rejected", "error", "timeout"):
+        out[status] = (binned(t[(df["status"] == status).to_numpy()], bin_s, end) / bin_s).tolist()
+    return out
+
+
+def server_series(metrics: pd.DataFrame | None, names: tuple[str, ...]) -> dict[str, Any]:
+    """Scraped server samples over time (summed over labels); counters (`*_total`) become rates,
+    with resets handled (fairbench.analysis.server_metrics)."""
+    from fairbench.analysis import server_metrics as sm
+
+    if metrics is None or not len(metrics):
+        return {}
+    out: dict[str, Any] = {}
+    for name in names:
+        if not (metrics["metric"] == name).any():
+            continue
+        if name.endswith("_total"):
+            t, v = sm.counter_rate(metrics, name.removesuffix("_total"))
+        else:
+            t, v = sm.gauge(metrics, name)
+        out[name] = {"t": t.tolist(), "v": v.tolist()}
+    return out
+
+
+def send_lag(df: pd.DataFrame, max_points: int = 4000) -> dict[str, list[float]]:
+    sent = df[df["t_sent_ns"].notna()]
+    if not len(sent):
+        return {"t": [], "lag_ms": []}
+    t = sent["t_intended_ns"].to_numpy(float) / 1e9
+    lag = (sent["t_sent_ns"].to_numpy(float) - sent["t_intended_ns"].to_numpy(float)) / 1e6
+    step = max(1, len(t) // max_points)
+    worst = np.argsort(lag)[-max(1, max_points // 20) :]  # keep the worst: they matter most
+    keep = np.union1d(np.arange(0, len(t), step), worst)
+    return {"t": t[keep].tolist(), "lag_ms": lag[keep].tolist()}
+
+
+def detect_step(
+    values: np.ndarray, min_segment: int = 5, rel: float = 0.05, p_max: float = 0.01
+) -> dict[str, Any] | None:
+    """A lasting shift in a per-run series (the way asv flags a regression in its history): the
+    split that best separates the means, if the two sides differ by a rank test (p < p_max) and
+    by more than `rel`. One run's outlier is not a step; five runs a side are needed, the fewest
+    with which a rank test can reach p < 0.01."""
+    from scipy import stats as sps
+
+    v = np.asarray(values, dtype=float)
+    n = len(v)
+    best = None
+    for k in range(min_segment, n - min_segment + 1):
+        a, b = v[:k], v[k:]
+        if not (np.isfinite(a).all() and np.isfinite(b).all()):
+            continue
+        shift = (b.mean() - a.mean()) / abs(a.mean()) if a.mean() else 0.0
+        if abs(shift) < rel:
+            continue
+        # exact for the small per-run series a history has (ties would otherwise force the
+        # normal approximation, which cannot reach the smallest exact p-values)
+        method = "exact" if len(a) + len(b) <= 40 else "asymptotic"
+        p = float(sps.mannwhitneyu(a, b, alternative="two-sided", method=method).pvalue)
+        if p < p_max and (best is None or abs(shift) > abs(best["shift"])):
+            best = {"at": k, "shift": float(shift), "p": p}
+    return best
+
+
+def queue_depth(df: pd.DataFrame, step_s: float = 1.0) -> dict[str, list[float]]:
+    """Waiting requests over time from the records: arrived (intended time) but not yet admitted
+    (intended + queue time), for targets that report queue time (the reference scheduler)."""
+    queued = df["queue_time_ns"].notna().to_numpy()
+    if not queued.any():
+        return {"t": [], "depth": []}
+    t0 = df["t_intended_ns"].min()
+    arrive = np.sort((df["t_intended_ns"].to_numpy(float)[queued] - t0) / 1e9)
+    admit = np.sort(arrive + df["queue_time_ns"].to_numpy(float)[queued] / 1e9)
+    grid = np.arange(0.0, float(arrive.max()) + step_s, step_s)
+    depth = np.searchsorted(arrive, grid, side="right") - np.searchsorted(admit, grid, "right")
+    return {"t": grid.tolist(), "depth": depth.tolist()}
+
+
+def worst_slowdown_windows(
+    df: pd.DataFrame, unloaded_ns: np.ndarray, window_s: float
+) -> tuple[list[float], list[float]]:
+    """Per window (by intended time): slowest tenant's mean slowdown ÷ fastest tenant's, where a
+    request's slowdown is its E2E ÷ its unloaded latency."""
+    ok = (df["status"] == "ok").to_numpy()
+    t = df["t_intended_ns"].to_numpy(float) / 1e9
+    slow = m.e2e_ns(df) / unloaded_ns
+    tenants = df["tenant"].to_numpy()
+    starts, values = [], []
+    for lo in np.arange(t.min(), t.max(), window_s) if len(t) else []:
+        sel = ok & (t >= lo) & (t < lo + window_s) & np.isfinite(slow)
+        means = [slow[sel & (tenants == x)].mean() for x in set(tenants[sel])]
+        starts.append(float(lo - t.min()))
+        values.append(
+            float(max(means) / min(means)) if len(means) > 1 and min(means) > 0 else float("nan")
+        )
+    return starts, values

@@ -1,0 +1,161 @@
+"""The `fairbench` command. Each subcommand is a thin edge over pure functions.
+
+Exit codes: 0 success, 1 a measured failure (an INVALID run, a failed gate), 2 bad input (a
+scenario, trace or option that cannot be used), 130 interrupted. Bad input prints one line per
+problem on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from fairbench.plan.materialize import materialize
+from fairbench.workload.scenario import ScenarioError, json_schema, load_scenario
+from fairbench.workload.traces import TraceError
+
+app = typer.Typer(
+    name="fairbench",
+    help="Open-loop, multi-tenant benchmark for LLM request schedulers.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+console = Console()
+err = Console(stderr=True)
+
+
+class UsageFailure(Exception):
+    """Bad input found by a command; its lines are printed without a traceback (exit 2)."""
+
+    def __init__(self, *lines: str) -> None:
+        self.lines = list(lines)
+        super().__init__("\n".join(lines))
+
+
+@app.command()
+def validate(files: Annotated[list[Path], typer.Argument(help="scenario files")]) -> None:
+    """Check scenario files (and the traces they replay); print one line per problem."""
+    bad = 0
+    for path in files:
+        try:
+            scn = load_scenario(path)
+            n = len(materialize(scn))
+        except ScenarioError as error:
+            bad += 1
+            for line in error.lines:
+                err.print(f"{path}: {line}", markup=False, highlight=False, soft_wrap=True)
+            continue
+        except TraceError as error:
+            bad += 1
+            err.print(f"{path}: traces: {error}", markup=False, highlight=False, soft_wrap=True)
+            continue
+        console.print(
+            f"{path}: ok ({len(scn.tenants)} tenants, {n} planned requests)",
+            markup=False,
+            highlight=False,
+        )
+    if bad:
+        raise typer.Exit(2)
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of the scenario format (for editor autocompletion)."""
+    sys.stdout.write(json.dumps(json_schema(), indent=2) + "\n")
+
+
+@app.command()
+def plan(
+    file: Annotated[Path, typer.Argument(help="scenario file")],
+    seed: Annotated[int | None, typer.Option(help="override run.seed")] = None,
+    out: Annotated[Path | None, typer.Option(help="write the plan as Parquet")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
+) -> None:
+    """Materialize a scenario's plan and show what it contains."""
+    scn = load_scenario(file)
+    the_plan = materialize(scn, seed)
+    rows = the_plan.summary_rows()
+    if out is not None:
+        the_plan.save(out)
+    if as_json:
+        payload = {
+            "digest": the_plan.digest,
+            "requests": len(the_plan),
+            "seed": the_plan.seed,
+            "duration_s": the_plan.duration_ns / 1e9,
+            "tenants": rows,
+        }
+        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+        return
+    table = Table(
+        title=f"plan of {scn.name}: {len(the_plan)} requests over "
+        f"{the_plan.duration_ns / 1e9:.1f} s, seed {the_plan.seed}"
+    )
+    for col in ("tenant", "requests", "rate/s", "CV", "prompt p50/p90/p99", "output p50/p90/p99"):
+        table.add_column(col, justify="left" if col == "tenant" else "right")
+    for r in rows:
+        table.add_row(
+            r["tenant"],
+            str(r["requests"]),
+            f"{r['rate_per_s']:.2f}",
+            f"{r['interarrival_cv']:.2f}",
+            f"{r['prompt_p50']:.0f}/{r['prompt_p90']:.0f}/{r['prompt_p99']:.0f}",
+            f"{r['output_p50']:.0f}/{r['output_p90']:.0f}/{r['output_p99']:.0f}",
+        )
+    console.print(table)
+    console.print(f"digest {the_plan.digest}", markup=False, highlight=False)
+    if out is not None:
+        console.print(f"wrote {out}", markup=False, highlight=False)
+
+
+def _register_optional_commands() -> None:
+    """Commands that live in their own modules (kept out of this file to keep it an edge)."""
+    from fairbench.cli import analysis as cli_analysis
+    from fairbench.cli import run as cli_run
+
+    cli_run.register(app)
+    cli_analysis.register(app)
+    cli_analysis.register_sweeps(app)
+    cli_analysis.register_gate(app)
+    cli_analysis.register_report(app)
+
+
+def main(argv: list[str] | None = None) -> None:
+    _register_optional_commands()
+    try:
+        code = app(args=argv, standalone_mode=False)
+    except ScenarioError as error:
+        for line in error.lines:
+            prefix = f"{error.source}: " if error.source else ""
+            err.print(prefix + line, markup=False, highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except (TraceError, UsageFailure, FileExistsError) as error:
+        for line in str(error).splitlines():
+            err.print(line, markup=False, highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except typer.Exit as done:
+        sys.exit(done.exit_code)
+    except typer.Abort:
+        sys.exit(130)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as error:
+        # Usage errors of the (vendored) click library: they know how to print themselves.
+        show = getattr(error, "show", None)
+        if callable(show) and hasattr(error, "exit_code"):
+            show()
+            sys.exit(2)
+        raise
+    if isinstance(code, int) and code:
+        sys.exit(code)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

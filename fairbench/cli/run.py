@@ -1,0 +1,138 @@
+"""`fairbench run`: the main job. Registered on the app by `fairbench.cli.main.main`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from fairbench.pipeline import run_scenario
+from fairbench.report import write_run_report
+from fairbench.run import RunOptions
+from fairbench.run.executor import LiveCounters
+from fairbench.workload.scenario import load_scenario
+
+console = Console(stderr=True)
+out = Console(width=None if sys.stdout.isatty() else 160)  # logs and pipes get full rows
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else (f"{value:.0f}" if value >= 100 else f"{value:.1f}")
+
+
+def results_table(summary: dict[str, Any]) -> Table:
+    """One row per group; latency in ms from the intended send time, p50/p99."""
+    table = Table(title="latency ms (from intended send) p50/p90/p99", title_justify="left")
+    for col in ("group", "ok/err/t-o/rej/cx", "TTFT", "TPOT", "ITL max", "E2E", "req/s", "SLO"):
+        table.add_column(col, justify="left" if col == "group" else "right", no_wrap=True)
+    rows = [("overall", summary["overall"])]
+    rows += [(f"tenant {k}", v) for k, v in summary["tenants"].items()]
+    rows += [(f"class {k}", v) for k, v in summary["slo_classes"].items()]
+    for name, block in rows:
+        c = block["counts"]
+        lat = block["latency_ms"]
+        att = block["slo_attainment"]
+        table.add_row(
+            name,
+            f"{c['ok']}/{c['error']}/{c['timeout']}/{c['rejected']}/{c['cancelled']}",
+            *(
+                "/".join(_ms(lat[k].get(p)) for p in ("p50", "p90", "p99"))
+                for k in ("ttft", "tpot", "itl_max", "e2e")
+            ),
+            f"{block['throughput']['requests_per_s'] or 0:.1f}",
+            "-" if att is None else f"{att:.0%}",
+        )
+    return table
+
+
+def verdict_lines(summary: dict[str, Any]) -> list[str]:
+    lines = []
+    if summary["valid"]:
+        lines.append("[bold green]VALID[/]")
+    else:
+        lines.append("[bold red]INVALID[/]")
+        lines += [f"  [red]- {reason}[/]" for reason in summary["invalid_reasons"]]
+    health = summary["generator_health"]
+    lag = health["send_lag_ms"]
+    if summary.get("closed_loop"):
+        cap = health["closed_loop"]["concurrency_cap"]
+        lines.append(
+            f"[bold yellow]CLOSED LOOP[/]: at most {cap} requests in flight; send lag is "
+            "the wait for a slot, and arrivals were not open-loop"
+        )
+    if health.get("virtual_time"):
+        lines.append("generator: virtual time (simulated; no send lag)")
+    else:
+        lines.append(
+            f"generator send lag p50/p99/max: {_ms(lag.get('p50'))}/"
+            f"{_ms(lag.get('p99'))}/{_ms(lag.get('max'))} ms "
+            f"(threshold p99 {health['send_lag_threshold_ms']:g} ms)"
+        )
+    lines += [f"[yellow]warning: {w}[/]" for w in summary.get("warnings", [])]
+    lines.append(f"accounting: {summary['accounting']['line']}")
+    jain = summary["fairness"]["jain_service"]
+    lines.append(
+        f"fairness: Jain over service/fair-share = {jain:.3f}"
+        if jain is not None
+        else "fairness: not enough service to judge"
+    )
+    return lines
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def run(
+        file: Annotated[Path, typer.Argument(help="scenario file")],
+        out_dir: Annotated[Path | None, typer.Option("--out", help="run directory")] = None,
+        seed: Annotated[int | None, typer.Option(help="override run.seed")] = None,
+        workers: Annotated[int | None, typer.Option(help="generator processes")] = None,
+        target_url: Annotated[str | None, typer.Option(help="override the target's URL")] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="print summary.json")] = False,
+        quiet: Annotated[bool, typer.Option(help="no progress display")] = False,
+    ) -> None:
+        """Run a scenario open-loop against its target and write a run directory."""
+        scn = load_scenario(file)
+        options = RunOptions(out=out_dir, seed=seed, workers=workers, base_url=target_url)
+        with Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[detail]}"),
+            TimeElapsedColumn(),
+            console=console,
+            disable=quiet,
+            transient=False,
+        ) as bar:
+            task = bar.add_task(f"{scn.name}", total=None, detail="planning")
+
+            def progress(c: LiveCounters) -> None:
+                bar.update(
+                    task,
+                    total=c.planned,
+                    completed=c.done,
+                    detail=(
+                        f"sent {c.sent} · in flight {c.in_flight} · errors {c.errors} · "
+                        f"lag {c.last_lag_ns / 1e6:.2f} ms"
+                    ),
+                )
+
+            outcome = run_scenario(scn, options, progress)  # FileExistsError: cli.main
+            bar.update(task, detail="writing the report")
+            write_run_report(outcome.run_dir)
+            bar.update(task, detail="done")
+        summary = outcome.summary
+        if as_json:
+            sys.stdout.write(json.dumps(summary, indent=2, default=str) + "\n")
+        else:
+            out.print(results_table(summary))
+            for line in verdict_lines(summary):
+                out.print(line, highlight=False)
+            out.print(f"run directory: {outcome.run_dir}", markup=False, highlight=False)
+        if outcome.exit_code:
+            raise typer.Exit(outcome.exit_code)

@@ -1,0 +1,330 @@
+"""`fairbench gate`: rules over a candidate run (and a baseline) -> pass / fail, for CI.
+
+Rules file:
+
+    rules:
+      - valid == true
+      - worst_slowdown_ratio <= 5
+      - slo_attainment.interactive >= 0.2
+      - tenants.support-bot.latency_ms.ttft.p99 <= 4000
+      - "tenants.support-bot.latency_ms.ttft.p99: no significant increase > 20%"
+      - "goodput: no significant decrease > 10%"
+
+Absolute rules compare a candidate figure with a number (or true/false). Relative rules compare
+with the baseline *statistically*: a latency percentile fails only if its 95% confidence
+intervals in the two runs do not overlap (the change is significant) and the change exceeds the
+stated size — so noise cannot fail the gate, and a real regression does. Figures are named by
+alias (goodput, jain, worst_slowdown_ratio, ttft_p99, `ttft_p99.<class>`,
+`slo_attainment.<class>`, …; see fairbench.decide.sweep) or by a dotted path into summary.json.
+
+Exit codes: 0 every rule passed; 1 a rule failed (a regression); 2 the gate could not be
+evaluated — an INVALID candidate or baseline, a baseline of another scenario or plan shape,
+a missing figure, a relative rule on a figure without a confidence interval — with the reason.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import re
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fairbench.analysis.registry import ALIASES, metric_value
+from fairbench.workload.scenario import read_yaml
+
+_ABSOLUTE = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*(>=|<=|==|!=|>|<)\s*(\S+)\s*$")
+_RELATIVE = re.compile(
+    r"^\s*([A-Za-z0-9_.\-]+)\s*:\s*no\s+significant\s+(increase|decrease)\s*>\s*"
+    r"([0-9]*\.?[0-9]+)\s*%\s*$"
+)
+_OPS = {
+    ">=": lambda a, b: a >= b,
+    "<=": lambda a, b: a <= b,
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    ">": lambda a, b: a > b,
+    "<": lambda a, b: a < b,
+}
+
+
+class GateError(Exception):
+    """A rules file that cannot be used: one line per problem."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+        super().__init__("\n".join(lines))
+
+
+@dataclass(frozen=True)
+class Rule:
+    text: str
+    metric: str
+    relative: bool
+    op: str = ""
+    value: float | bool = 0.0
+    direction: str = ""  # increase | decrease
+    threshold: float = 0.0  # fraction
+
+
+@dataclass
+class Result:
+    rule: Rule
+    outcome: str  # pass | fail | error
+    candidate: str = "-"
+    baseline: str = "-"
+    detail: str = ""
+
+
+def parse_rules(data: Any) -> list[Rule]:
+    if not isinstance(data, dict) or not isinstance(data.get("rules"), list) or not data["rules"]:
+        raise GateError(["rules: the file needs a non-empty list under `rules:`"])
+    rules, problems = [], []
+    for i, item in enumerate(data["rules"]):
+        at = f"rules[{i}]"
+        if isinstance(item, dict) and len(item) == 1:  # YAML read `a: no significant ...` as a map
+            key, value = next(iter(item.items()))
+            item = f"{key}: {value}"
+        if not isinstance(item, str):
+            problems.append(f"{at}: a rule is a string like 'jain >= 0.9', got {item!r}")
+            continue
+        if m := _RELATIVE.match(item):
+            rules.append(
+                Rule(
+                    item.strip(),
+                    m.group(1),
+                    True,
+                    direction=m.group(2),
+                    threshold=float(m.group(3)) / 100,
+                )
+            )
+            continue
+        if m := _ABSOLUTE.match(item):
+            raw = m.group(3)
+            if raw.lower() in ("true", "false"):
+                value: float | bool = raw.lower() == "true"
+            else:
+                try:
+                    value = float(raw)
+                except ValueError:
+                    problems.append(f"{at}: {raw!r} is not a number or true/false in {item!r}")
+                    continue
+            rules.append(Rule(item.strip(), m.group(1), False, op=m.group(2), value=value))
+            continue
+        problems.append(
+            f"{at}: cannot read {item!r}; write 'METRIC OP NUMBER' (ops: >= <= > < "
+            "== !=) or 'METRIC: no significant increase|decrease > N%'"
+        )
+    if problems:
+        raise GateError(problems)
+    return rules
+
+
+def load_rules(path: Path) -> list[Rule]:
+    try:
+        return parse_rules(read_yaml(path.read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        raise GateError([f"{path}: file not found"]) from None
+
+
+def load_summary(path: Path) -> dict[str, Any]:
+    """A run directory or a summary.json."""
+    file = path / "summary.json" if path.is_dir() else path
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise GateError([f"{file}: no summary here"]) from None
+
+
+def _path_of(name: str) -> str:
+    if name.startswith("ttft_p99."):
+        return f"slo_classes.{name.split('.', 1)[1]}.latency_ms.ttft.p99"
+    return ALIASES.get(name, name)
+
+
+def _ci(summary: dict[str, Any], name: str) -> tuple[float, float] | None:
+    """The 95% CI of a latency percentile (`<group...>.latency_ms.<lat>.<pNN>`), if recorded."""
+    parts = _path_of(name).split(".")
+    if "latency_ms" not in parts or len(parts) < parts.index("latency_ms") + 3:
+        return None
+    k = parts.index("latency_ms")
+    node: Any = summary
+    for key in [*parts[:k], "latency_ci_ms", *parts[k + 1 :]]:
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    low, high = node.get("ci_low"), node.get("ci_high")
+    return (float(low), float(high)) if low is not None and high is not None else None
+
+
+def _value(summary: dict[str, Any], name: str) -> float | bool | None:
+    if name == "valid":
+        return bool(summary.get("valid"))
+    value = metric_value(summary, name)
+    return None if math.isnan(value) else value
+
+
+def _known_names(summary: dict[str, Any]) -> list[str]:
+    names = ["valid", *ALIASES]
+    names += [f"ttft_p99.{c}" for c in summary.get("slo_classes", {})]
+    names += [f"slo_attainment.{c}" for c in summary.get("slo_classes", {})]
+    return names
+
+
+def _fmt(value: float | bool | None) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return f"{value:.4g}"
+
+
+def evaluate(
+    rules: list[Rule], baseline: dict[str, Any] | None, candidate: dict[str, Any]
+) -> tuple[list[Result], str | None]:
+    """Results per rule, and a reason the whole gate cannot be evaluated (or None)."""
+    blocker = None
+    if baseline is not None:
+        for key in ("scenario", "schema_version"):
+            if baseline.get(key) != candidate.get(key):
+                blocker = (
+                    f"baseline and candidate differ in {key}: {baseline.get(key)!r} vs "
+                    f"{candidate.get(key)!r}"
+                )
+        if not baseline.get("valid", False):
+            blocker = "the baseline run is INVALID: " + "; ".join(
+                baseline.get("invalid_reasons", [])
+            )
+    if not candidate.get("valid", False):
+        blocker = "the candidate run is INVALID: " + "; ".join(
+            candidate.get("invalid_reasons", []) or ["no reason recorded"]
+        )
+    results = []
+    for rule in rules:
+        cand = _value(candidate, rule.metric)
+        if cand is None:
+            close = difflib.get_close_matches(rule.metric, _known_names(candidate), n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            results.append(
+                Result(rule, "error", detail=f"no figure {rule.metric!r} in the candidate{hint}")
+            )
+            continue
+        if rule.metric != "valid" and not candidate.get("valid", False):
+            results.append(Result(rule, "error", _fmt(cand), detail="the candidate run is INVALID"))
+            continue
+        if not rule.relative:
+            ok = _OPS[rule.op](cand, rule.value)
+            results.append(
+                Result(
+                    rule,
+                    "pass" if ok else "fail",
+                    _fmt(cand),
+                    detail=f"needs {rule.op} {_fmt(rule.value)}",
+                )
+            )
+            continue
+        if baseline is None:
+            results.append(Result(rule, "error", _fmt(cand), detail="needs --baseline"))
+            continue
+        base = _value(baseline, rule.metric)
+        ci_c, ci_b = _ci(candidate, rule.metric), _ci(baseline, rule.metric)
+        if base is None or ci_c is None or ci_b is None or not base:
+            results.append(
+                Result(
+                    rule,
+                    "error",
+                    _fmt(cand),
+                    _fmt(base),
+                    "a relative rule needs the figure and its confidence interval "
+                    "in both runs (latency percentiles have them)",
+                )
+            )
+            continue
+        change = (cand - base) / base
+        if rule.direction == "increase":
+            significant, big = ci_c[0] > ci_b[1], change > rule.threshold
+        else:
+            significant, big = ci_c[1] < ci_b[0], -change > rule.threshold
+        detail = (
+            f"{change:+.1%}; CI {_fmt(ci_c[0])}..{_fmt(ci_c[1])} vs "
+            f"{_fmt(ci_b[0])}..{_fmt(ci_b[1])}"
+        )
+        if significant and big:
+            outcome = "fail"
+        else:
+            outcome = "pass"
+            detail += " (no significant change)" if not significant else " (within the allowance)"
+        results.append(Result(rule, outcome, _fmt(cand), _fmt(base), detail))
+    return results, blocker
+
+
+def exit_code(results: list[Result], blocker: str | None) -> int:
+    if blocker is not None:
+        return 2
+    if any(r.outcome == "fail" for r in results):
+        return 1
+    if any(r.outcome == "error" for r in results):
+        return 2
+    return 0
+
+
+def as_text(results: list[Result], blocker: str | None) -> str:
+    """A plain, stable table (golden-tested; no colour, no terminal width)."""
+    head = ["rule", "result", "candidate", "baseline", "detail"]
+    rows = [[r.rule.text, r.outcome.upper(), r.candidate, r.baseline, r.detail] for r in results]
+    widths = [max(len(x) for x in col) for col in zip(head, *rows, strict=True)]
+    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True))  # noqa: E731
+    out = [line(head).rstrip(), "  ".join("-" * w for w in widths)]
+    out += [line(row).rstrip() for row in rows]
+    verdict = {0: "PASS", 1: "FAIL: regression", 2: "CANNOT EVALUATE"}[exit_code(results, blocker)]
+    if blocker:
+        out.append(f"cannot evaluate: {blocker}")
+    out.append(f"gate: {verdict}")
+    return "\n".join(out) + "\n"
+
+
+def as_junit(results: list[Result], blocker: str | None) -> str:
+    failures = sum(r.outcome == "fail" for r in results)
+    errors = sum(r.outcome == "error" for r in results) + (1 if blocker else 0)
+    suite = ET.Element(
+        "testsuite",
+        name="fairbench gate",
+        tests=str(len(results)),
+        failures=str(failures),
+        errors=str(errors),
+    )
+    for r in results:
+        case = ET.SubElement(suite, "testcase", classname="fairbench.gate", name=r.rule.text)
+        message = f"candidate {r.candidate}, baseline {r.baseline}: {r.detail}"
+        if r.outcome == "fail":
+            ET.SubElement(case, "failure", message=message)
+        elif r.outcome == "error":
+            ET.SubElement(case, "error", message=message)
+        elif r.detail:
+            ET.SubElement(case, "system-out").text = message
+    if blocker:
+        case = ET.SubElement(suite, "testcase", classname="fairbench.gate", name="comparable runs")
+        ET.SubElement(case, "error", message=blocker)
+    root = ET.Element("testsuites")
+    root.append(suite)
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode") + "\n"
+
+
+def as_markdown(results: list[Result], blocker: str | None) -> str:
+    code = exit_code(results, blocker)
+    icon = {"pass": "✅", "fail": "❌", "error": "⚠️"}
+    out = [f"### fairbench gate: {['PASS', 'FAIL (regression)', 'CANNOT EVALUATE'][code]}", ""]
+    if blocker:
+        out += [f"> cannot evaluate: {blocker}", ""]
+    out += ["| rule | result | candidate | baseline | detail |", "|---|---|---|---|---|"]
+    for r in results:
+        text = r.rule.text.replace("|", "\\|")
+        out.append(
+            f"| `{text}` | {icon[r.outcome]} {r.outcome} | {r.candidate} | {r.baseline} "
+            f"| {r.detail} |"
+        )
+    return "\n".join(out) + "\n"

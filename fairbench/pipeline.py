@@ -1,0 +1,109 @@
+"""Scenario → measured run directory → summary: the one path every command takes to a result.
+
+`fairbench run`, `ab`, `sweep` and `knee` all call `run_scenario`; a crashed run is finished by
+`load_partial_run` the same way. It sits above `run/` (measurement) and `analysis/` (figures)
+and below `decide/`, which runs scenarios through it. Writing the HTML report is left to the
+caller (the CLI), because the report layer sits above the decisions it also renders.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fairbench.analysis.health import generator_health
+from fairbench.analysis.summary import build_summary
+from fairbench.run.live import Progress
+from fairbench.run.measure import Measurement, measure
+from fairbench.run.records import check_accounting, records_frame, write_records
+from fairbench.run.recovery import read_partial
+from fairbench.run.rundir import RunOptions, write_json
+from fairbench.workload.scenario import Scenario
+
+
+@dataclass
+class RunOutcome:
+    run_dir: Path
+    summary: dict[str, Any]
+    stopped: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        if self.stopped:
+            return 130
+        return 0 if self.summary["valid"] else 1
+
+
+def run_scenario(
+    scn: Scenario, options: RunOptions | None = None, progress: Progress | None = None
+) -> RunOutcome:
+    """Execute the scenario and write its records, summary.json and final run.json."""
+    return finish(measure(scn, options, progress))
+
+
+def load_partial_run(run_dir: Path) -> RunOutcome:
+    """Recover a run whose generator died (kill -9): journals become records, marked incomplete."""
+    return finish(read_partial(run_dir))
+
+
+def finish(m: Measurement) -> RunOutcome:
+    """Consolidate the records, check the accounting, summarise, and close run.json."""
+    scn, plan, rows, header = m.scn, m.plan, m.rows, m.header
+    accounting = check_accounting(len(plan), rows)
+    write_records(rows, m.run_dir / "records.parquet")
+    frame = records_frame(rows)
+    health = generator_health(
+        frame, scn, m.loop_lags, stopped=m.stopped, virtual=scn.target.kind == "sim"
+    )
+    if not m.complete:
+        health["invalid_reasons"].append(
+            f"incomplete run: the process died; {accounting.missing} planned requests have no "
+            "record (at most the last second before the crash)"
+        )
+        health["valid"] = False
+    acc = {
+        "planned": accounting.planned,
+        "counts": accounting.counts,
+        "missing": accounting.missing,
+        "duplicates": accounting.duplicates,
+        "holds": accounting.holds,
+        "line": accounting.line(),
+    }
+    summary = build_summary(
+        frame,
+        scn,
+        plan.digest,
+        plan.seed,
+        plan.duration_ns / 1e9,
+        health,
+        acc,
+        closed_loop=scn.run.concurrency_cap is not None,
+    )
+    summary["incomplete"] = not m.complete
+    summary["warnings"] = target_warnings(m.info)
+    write_json(m.run_dir / "summary.json", summary)
+    header.update(
+        status="complete" if m.complete else "incomplete",
+        finished_at=dt.datetime.now(dt.UTC).isoformat(),
+        target=m.info,
+        workers=m.workers,
+        valid=summary["valid"],
+        invalid_reasons=summary["invalid_reasons"],
+        generator_health=health,
+    )
+    write_json(m.run_dir / "run.json", header)
+    return RunOutcome(m.run_dir, summary, m.stopped, m.info)
+
+
+def target_warnings(info: dict[str, Any]) -> list[str]:
+    """What a reader of the results must know about the target's set-up."""
+    cal = info.get("calibration")
+    if isinstance(cal, dict) and cal.get("note"):
+        return [f"prompt lengths: {cal['note']}"]
+    if isinstance(cal, dict) and not cal.get("exact", True):
+        bad = [c for c in cal.get("checks", []) if c.get("server") != c.get("planned")]
+        return [f"prompt lengths: {len(bad)} calibration checks differ from the plan: {bad[:3]}"]
+    return []

@@ -1,0 +1,19 @@
+"""Pages people read: the run report (`run`, one function per figure in `figures`), its
+Markdown summary (`markdown`), and the A/B, history and Pareto pages (`decisions`), built from
+the page pieces in `html`.
+
+Renders what `analysis` and `decide` computed; computes nothing of its own. Only `cli` imports it.
+"""
+
+from fairbench.report.decisions import comparison_report, history_report, pareto_report
+from fairbench.report.markdown import markdown_summary
+from fairbench.report.run import run_report, write_run_report
+
+__all__ = [
+    "comparison_report",
+    "history_report",
+    "markdown_summary",
+    "pareto_report",
+    "run_report",
+    "write_run_report",
+]

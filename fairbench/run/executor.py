@@ -1,0 +1,429 @@
+"""The open-loop executor: request i goes out at t0 + offset_i, whatever else is in flight.
+
+- Absolute deadlines: each wait is computed from t0 and the plan's offset, never a relative
+  sleep, so lateness does not accumulate. Requests whose deadline has passed go out at once.
+- No gate in front of the schedule. The send loop only creates a task per request; a slow or
+  stalled target cannot delay a later send. (`concurrency_cap` exists for closed-loop
+  experiments only; the run then reports itself as closed-loop and records the waiting.)
+- Stamps with `time.perf_counter_ns()` (CLOCK_MONOTONIC on Linux, shared by worker processes):
+  intended, sent, first byte, first token, last token, done, max inter-token gap.
+  Latency is reported from the intended time (coordinated-omission free) and from the send time.
+- Every planned request ends as exactly one record: a request task always writes its record (in
+  `finally`), and requests never sent because the run was stopped are recorded `cancelled`.
+- Stopping (Ctrl-C, SIGTERM, `stop` set): sending stops, in-flight requests get `grace_s`, the
+  rest are cancelled and recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import time
+from array import array
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fairbench.plan.model import Plan, PlannedRequest
+from fairbench.run.records import JournalWriter, Record
+from fairbench.targets.base import Done, Failed, Started, Target, Token
+
+now_ns = time.perf_counter_ns
+
+
+@dataclass
+class ExecOptions:
+    timeout_s: float = 600.0  # per request, from its intended time
+    grace_s: float = 30.0  # after the last send (or a stop), before cancelling what is left
+    concurrency_cap: int | None = None  # closed-loop experiments only
+    lead_s: float = 0.25  # t0 lies this far after the executor starts
+    # Sleep until this close to a deadline, then spin (yielding to I/O). Event-loop timers are
+    # millisecond-grained (uvloop's are), so sub-millisecond sends need the last stretch spun.
+    # 1.2 ms measured best here (benchmarks/bench_generator.py): send-lag p99 ~0.1-0.3 ms.
+    spin_s: float = 0.0012
+
+
+@dataclass
+class LiveCounters:
+    """What the progress display reads; updated by the executor as it goes."""
+
+    planned: int = 0
+    sent: int = 0
+    done: int = 0
+    errors: int = 0
+    last_lag_ns: int = 0
+    by_status: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def in_flight(self) -> int:
+        return self.sent - self.done
+
+
+@dataclass
+class ExecResult:
+    t0_ns: int
+    loop_lag_ns: np.ndarray  # event-loop wake-up lateness samples
+    closed_loop_wait_ns: np.ndarray
+    stopped: bool
+    records: int
+
+
+class Executor:
+    def __init__(
+        self,
+        plan: Plan,
+        target: Target,
+        journal: JournalWriter,
+        options: ExecOptions | None = None,
+        indices: Sequence[int] | None = None,
+        worker: int = 0,
+        counters: LiveCounters | None = None,
+    ) -> None:
+        self.plan = plan
+        self.target = target
+        self.journal = journal
+        self.options = options or ExecOptions()
+        self.indices = np.arange(len(plan)) if indices is None else np.asarray(indices)
+        self.worker = worker
+        self.counters = counters or LiveCounters()
+        self.counters.planned = len(self.indices)
+        self.stop = asyncio.Event()
+        # Per-request and per-tick state is kept compact: a Python int in a list costs ~36 bytes,
+        # which a 30-minute soak at 80 requests/s (and 200 loop ticks/s) sees as a leak.
+        self._loop_lags = array("q")  # 8 bytes per monitor tick
+        self._cap_waits = array("q")
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._written = bytearray(len(plan))  # by request_id (the plan's row): 1 byte each
+        self._records = 0
+
+    # ------------------------------------------------------------------ one request
+
+    def _begin(self, req: PlannedRequest, t_intended: int, t0: int, sent: int) -> Record:
+        """The record of a request just sent, and the generator's lateness for it."""
+        rec = Record(
+            req.request_id,
+            req.tenant,
+            req.slo_class,
+            req.workload,
+            req.endpoint,
+            t_intended - t0,
+            req.prompt_tokens,
+            req.max_tokens,
+            worker=self.worker,
+        )
+        rec.t_sent_ns = sent - t0
+        self.counters.last_lag_ns = sent - t_intended  # the send lag itself is in the record
+        self.counters.sent += 1
+        return rec
+
+    async def _one(self, req: PlannedRequest, t_intended: int, t0: int) -> None:
+        sent = now_ns()
+        rec = self._begin(req, t_intended, t0, sent)
+        first = last = None
+        itl_max = 0
+        tokens = 0
+        terminal = None
+        deadline_s = (t_intended - sent) / 1e9 + self.options.timeout_s
+        try:
+            async with asyncio.timeout(max(deadline_s, 0.0)):
+                async for event in self.target.send(req):
+                    t = now_ns()
+                    if type(event) is Token:
+                        if first is None:
+                            first = t
+                        else:
+                            gap = t - last  # type: ignore[operator]
+                            if gap > itl_max:
+                                itl_max = gap
+                        last = t
+                        tokens += event.n
+                        rec.n_chunks += 1
+                    elif type(event) is Started:
+                        if rec.t_first_byte_ns is None:
+                            rec.t_first_byte_ns = t - t0
+                    elif type(event) is Done or type(event) is Failed:
+                        terminal = event
+                        rec.t_done_ns = t - t0
+                        break
+            self._settle(rec, terminal, tokens, req)
+        except TimeoutError:
+            rec.status, rec.error_kind = "timeout", None
+            rec.error_detail = f"no terminal event within {self.options.timeout_s:g}s"
+        except asyncio.CancelledError:
+            rec.status = "cancelled"
+        except Exception as error:  # a target bug must not lose the record
+            rec.status, rec.error_kind = "error", "client"
+            rec.error_detail = f"{type(error).__name__}: {error}"[:300]
+        finally:
+            if first is not None:
+                rec.t_first_token_ns = first - t0
+                rec.t_last_token_ns = last - t0  # type: ignore[operator]
+                rec.itl_max_ns = itl_max if rec.n_chunks > 1 else None
+            if rec.output_tokens == 0:
+                rec.output_tokens = tokens
+            self._write(rec)
+
+    @staticmethod
+    def _settle(
+        rec: Record,
+        terminal: Done | Failed | None,
+        tokens: int,
+        req: PlannedRequest,
+        stream_tokens: int | None = None,
+    ) -> None:
+        """The one rule for a record's status. `tokens`: token events seen (or the usage count
+        when the target reports one through Done); `stream_tokens`: token events that reached the
+        client, where the transport counted them."""
+        if isinstance(terminal, Failed):
+            rec.status = terminal.status
+            rec.error_kind = terminal.kind
+            rec.error_detail = terminal.detail or None
+            rec.http_status = terminal.http_status
+            rec.retry_after_s = terminal.retry_after_s
+            return
+        if terminal is None:
+            rec.status, rec.error_kind = "error", "stream_incomplete"
+            rec.error_detail = "the target ended without a terminal event"
+            return
+        rec.http_status = 200
+        rec.output_tokens = terminal.output_tokens if terminal.output_tokens is not None else tokens
+        extra = terminal.extra
+        if extra:
+            rec.queue_time_ns = _opt_int(extra.get("queue_time_ns"))
+            rec.preemptions = _opt_int(extra.get("preemptions"))
+            rec.cached_tokens = _opt_int(extra.get("cached_tokens"))
+        delivered = tokens if stream_tokens is None else stream_tokens
+        wants_tokens = req.endpoint != "embeddings" and req.max_tokens > 0
+        if wants_tokens and (rec.output_tokens == 0 or (req.stream and delivered == 0)):
+            # A stream that delivered no token gave the client nothing, whatever usage claims.
+            rec.status, rec.error_kind = "error", "no_token"
+            rec.error_detail = "a terminal event but no output token reached the client"
+            return
+        rec.status = "ok"
+
+    async def _one_fast(
+        self, req: PlannedRequest, waiter: Any, outcome: Any, t_intended: int, t0: int
+    ) -> None:
+        """A request already on the wire (the target stamped t_sent); wait for its outcome."""
+        rec = self._begin(req, t_intended, t0, outcome.t_sent)
+        remaining = (t_intended - outcome.t_sent) / 1e9 + self.options.timeout_s
+        try:
+            async with asyncio.timeout(max(remaining, 0.0)):
+                await asyncio.shield(waiter)
+        except TimeoutError:
+            self.target.abort(waiter)  # type: ignore[attr-defined]
+            rec.status = "timeout"
+            rec.error_detail = f"no terminal event within {self.options.timeout_s:g}s"
+        except asyncio.CancelledError:
+            self.target.abort(waiter)  # type: ignore[attr-defined]
+            rec.status = "cancelled"
+        else:
+            if outcome.status == "ok":
+                done = Done(outcome.tokens, outcome.usage_prompt, outcome.extra)
+                self._settle(rec, done, outcome.chunks, req, stream_tokens=outcome.chunks)
+            else:
+                self._settle(
+                    rec,
+                    Failed(
+                        outcome.kind or "client",
+                        outcome.detail or "",
+                        outcome.status or "error",
+                        outcome.http_status,
+                        outcome.retry_after,
+                    ),
+                    0,
+                    req,
+                )
+        finally:
+            rel = lambda t: t - t0 if t else None  # noqa: E731
+            rec.t_first_byte_ns = rel(outcome.t_first_byte)
+            rec.t_first_token_ns = rel(outcome.t_first_token)
+            rec.t_last_token_ns = rel(outcome.t_last_token)
+            if rec.status not in ("timeout", "cancelled"):
+                rec.t_done_ns = rel(outcome.t_done)
+            rec.n_chunks = outcome.chunks
+            rec.itl_max_ns = outcome.itl_max if outcome.chunks > 1 else None
+            if not rec.output_tokens:
+                rec.output_tokens = outcome.tokens or outcome.chunks
+            if rec.http_status is None:
+                rec.http_status = outcome.http_status
+            self._write(rec)
+
+    def _write(self, rec: Record) -> None:
+        if self._written[rec.request_id]:  # pragma: no cover - guarded by construction
+            raise RuntimeError(f"request {rec.request_id} recorded twice")
+        self._written[rec.request_id] = 1
+        self._records += 1
+        self.journal.write(rec)
+        counters = self.counters
+        counters.done += 1
+        counters.by_status[rec.status] = counters.by_status.get(rec.status, 0) + 1
+        if rec.status != "ok":
+            counters.errors += 1
+
+    # ------------------------------------------------------------------ the schedule
+
+    async def _loop_monitor(self, period_s: float = 0.005) -> None:
+        while True:
+            before = now_ns()
+            await asyncio.sleep(period_s)
+            self._loop_lags.append(now_ns() - before - int(period_s * 1e9))
+
+    async def _flusher(self) -> None:
+        """Records reach disk within a second. fsync can block for milliseconds, so it runs in a
+        thread; the event loop only hands the buffer to the OS."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(0.2)
+            if self.journal.due():
+                fd = self.journal.push()
+                if fd is not None:
+                    await loop.run_in_executor(None, os.fsync, fd)
+
+    def warm_connections(self) -> int:
+        """How many connections to open before t0: the plan's first half-second, plus a few."""
+        offsets = self.plan.columns["offset_ns"][self.indices]
+        return int(min(1024, np.count_nonzero(offsets < 500_000_000) + 8))
+
+    async def run(self, t0_ns: int | None = None) -> ExecResult:
+        plan = self.plan
+        offsets = plan.columns["offset_ns"]
+        options = self.options
+        t0 = t0_ns if t0_ns is not None else now_ns() + int(options.lead_s * 1e9)
+        # Fewer, later collections: the run allocates steadily and a full collection of a large
+        # heap is a millisecond-scale pause on the send path.
+        gc.collect()
+        gc.freeze()
+        thresholds = gc.get_threshold()
+        gc.set_threshold(50_000, 50, 100)
+        monitor = asyncio.create_task(self._loop_monitor())
+        flusher = asyncio.create_task(self._flusher())
+        cap = asyncio.Semaphore(options.concurrency_cap) if options.concurrency_cap else None
+        spin = int(options.spin_s * 1e9)
+        sleep = asyncio.sleep
+        sent_upto = 0
+        stop = self.stop
+        target = self.target
+        fast = hasattr(target, "start")
+        indices = self.indices
+        n = len(indices)
+        ready: dict[int, tuple[PlannedRequest, Any]] = {}  # prepared ahead, by position
+        ahead = 0  # next position to prepare
+
+        def prepare(position: int) -> tuple[PlannedRequest, Any]:
+            req = plan.request(int(indices[position]))
+            return req, (target.prepare(req) if fast else None)  # type: ignore[attr-defined]
+
+        try:
+            for position in range(n):
+                if stop.is_set():
+                    break
+                if position >= ahead:
+                    ready[position] = prepare(position)
+                    ahead = position + 1
+                deadline = t0 + int(offsets[indices[position]])
+                # Idle time before this deadline builds the next requests, so a burst of
+                # arrivals costs one write each, not a prompt rendering each.
+                while ahead < n and ahead < position + 256 and deadline - now_ns() > spin + 200_000:
+                    ready[ahead] = prepare(ahead)
+                    ahead += 1
+                delay = deadline - now_ns()
+                if delay > spin:
+                    await sleep((delay - spin) / 1e9)
+                    if stop.is_set():
+                        break
+                while spin and now_ns() < deadline:
+                    await sleep(0)  # sub-millisecond aim; I/O keeps flowing meanwhile
+                if cap is not None:
+                    waited = now_ns()
+                    await cap.acquire()
+                    self._cap_waits.append(now_ns() - waited)
+                req, prepared = ready.pop(position)
+                if fast:
+                    waiter, outcome = target.start(prepared)  # type: ignore[attr-defined]
+                    coro = self._one_fast(req, waiter, outcome, deadline, t0)
+                else:
+                    coro = self._one(req, deadline, t0)
+                task = asyncio.create_task(self._guarded(coro, cap))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+                sent_upto = position + 1
+            await self._drain(options.grace_s)
+        finally:
+            for i in indices[sent_upto:]:
+                req = plan.request(int(i))
+                self._write(
+                    Record(
+                        req.request_id,
+                        req.tenant,
+                        req.slo_class,
+                        req.workload,
+                        req.endpoint,
+                        int(offsets[i]),
+                        req.prompt_tokens,
+                        req.max_tokens,
+                        status="cancelled",
+                        error_detail="not sent: the run was stopped",
+                        worker=self.worker,
+                    )
+                )
+            if self._tasks:  # interrupted while draining
+                for task in list(self._tasks):
+                    task.cancel()
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+            monitor.cancel()
+            flusher.cancel()
+            self.journal.flush()
+            gc.set_threshold(*thresholds)
+            gc.unfreeze()
+        return ExecResult(
+            t0,
+            np.asarray(self._loop_lags, dtype=np.int64),
+            np.asarray(self._cap_waits, dtype=np.int64),
+            stop.is_set(),
+            self._records,
+        )
+
+    async def _guarded(self, coro: Any, cap: asyncio.Semaphore | None) -> None:
+        try:
+            await coro
+        finally:
+            if cap is not None:
+                cap.release()
+
+    async def _drain(self, grace_s: float) -> None:
+        """Wait for in-flight requests; after `grace_s` past the last send (or the stop), cancel."""
+        if not self._tasks:
+            return
+        stop_wait = asyncio.create_task(self.stop.wait())
+        pending = set(self._tasks)
+        deadline = time.monotonic() + grace_s
+        if not self.stop.is_set():
+            # No stop yet: each request runs to its own timeout; the grace starts after the last
+            # send, and a stop shortens it.
+            while pending and time.monotonic() < deadline and not self.stop.is_set():
+                _, pending = await asyncio.wait(
+                    pending | {stop_wait},
+                    timeout=deadline - time.monotonic(),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                pending.discard(stop_wait)
+            if self.stop.is_set():
+                deadline = time.monotonic() + grace_s
+        if pending and time.monotonic() < deadline:
+            _, pending = await asyncio.wait(pending, timeout=max(0.0, deadline - time.monotonic()))
+        stop_wait.cancel()
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+
+
+def _opt_int(value: object) -> int | None:
+    return int(value) if isinstance(value, int | float) else None
+
+
+ProgressHook = Callable[[LiveCounters], None]

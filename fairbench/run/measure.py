@@ -1,0 +1,149 @@
+"""Execute a scenario into a run directory: the measurement, with no analysis in it.
+
+A scenario is materialized once, its plan and redacted scenario written first, then executed in
+one of three ways — simulated in virtual time (`target: sim`), one live generator process, or
+several live shards — and every way ends in the same `Measurement`: the journal's records and
+what the run learned about its target and its generator. Summarising is the next stage's job
+(fairbench.pipeline).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from fairbench._version import __version__
+from fairbench.plan.materialize import materialize
+from fairbench.plan.model import Plan
+from fairbench.run.executor import ExecOptions
+from fairbench.run.live import Progress, live, uvloop_run
+from fairbench.run.rundir import (
+    RUN_SCHEMA_VERSION,
+    RunOptions,
+    host_info,
+    new_run_dir,
+    read_journals,
+    redacted,
+    write_json,
+)
+from fairbench.run.shards import default_workers, run_sharded
+from fairbench.targets.engine_setup import ENGINE_KINDS, engine_setup
+from fairbench.targets.factory import make_target
+from fairbench.workload.scenario import Scenario
+
+CLOCK_SOURCE = "time.perf_counter_ns (CLOCK_MONOTONIC)"
+
+
+@dataclass
+class Measurement:
+    """What one execution of a plan left behind, before any analysis."""
+
+    run_dir: Path
+    scn: Scenario
+    plan: Plan
+    rows: list[dict[str, Any]]
+    header: dict[str, Any]  # run.json as written at the start (updated when finished)
+    info: dict[str, Any]  # what the target says about itself
+    stopped: bool
+    loop_lags: np.ndarray | None
+    workers: int
+    complete: bool = True
+
+
+def measure(
+    scn: Scenario, options: RunOptions | None = None, progress: Progress | None = None
+) -> Measurement:
+    options = options or RunOptions()
+    plan = materialize(scn, options.seed)
+    run_dir = new_run_dir(scn, options)
+    (run_dir / "scenario.yaml").write_text(
+        yaml.safe_dump(redacted(scn), sort_keys=False), encoding="utf-8"
+    )
+    plan_path = run_dir / "plan.parquet"
+    plan.save(plan_path)
+    header: dict[str, Any] = {
+        "schema_version": RUN_SCHEMA_VERSION,
+        "status": "running",
+        "fairbench_version": __version__,
+        "scenario": scn.name,
+        "plan_digest": plan.digest,
+        "seed": plan.seed,
+        "planned": len(plan),
+        "started_at": dt.datetime.now(dt.UTC).isoformat(),
+        "host": host_info(),
+        "target": {"kind": scn.target.kind},
+    }
+    write_json(run_dir / "run.json", header)
+    exec_options = ExecOptions(
+        timeout_s=scn.run.timeout, grace_s=scn.run.grace, concurrency_cap=scn.run.concurrency_cap
+    )
+    stopped = False
+    loop_lags: np.ndarray | None = None
+    workers = 1
+    if scn.target.kind == "sim":
+        from fairbench.targets.sim import run_sim
+
+        rows, info = run_sim(plan, scn)
+        with (run_dir / "journal.jsonl").open("w", encoding="utf-8") as handle:
+            for row in rows:
+                handle.write(json.dumps(row, separators=(",", ":")) + "\n")
+        return Measurement(run_dir, scn, plan, rows, header, info, stopped, loop_lags, workers)
+    workers = options.workers or default_workers(plan)
+    setup: dict[str, Any] = {}
+    if scn.target.kind in ENGINE_KINDS:
+        setup = uvloop_run(engine_setup(scn, plan, options.base_url))
+    if workers <= 1:
+        result, info = uvloop_run(
+            live(
+                plan,
+                scn,
+                run_dir / "journal.jsonl",
+                exec_options,
+                None,
+                0,
+                None,
+                options.base_url,
+                progress,
+                run_dir,
+                None,
+                setup,
+            )
+        )
+        stopped, loop_lags = result.stopped, result.loop_lag_ns
+        header["clock"] = {"source": CLOCK_SOURCE, "t0_ns": result.t0_ns}
+    else:
+        info, base_url = {"kind": scn.target.kind}, options.base_url
+        if setup:
+            info = dict(make_target(scn, base_url, None, setup).info())
+        server = None
+        if scn.target.kind == "reference" and base_url is None:
+            from fairbench.targets.reference import ReferenceServer
+
+            server = ReferenceServer(scn)
+            base_url = server.start()
+            info = server.info()
+        try:
+            stopped, loop_lags, t0 = run_sharded(
+                server.keys if server is not None else None,
+                plan_path,
+                plan,
+                scn,
+                run_dir,
+                workers,
+                exec_options,
+                base_url,
+                progress,
+                setup,
+            )
+            header["clock"] = {"source": CLOCK_SOURCE, "t0_ns": t0}
+        finally:
+            if server is not None:
+                server.stop(run_dir / "server_metrics.prom")
+    rows = read_journals(run_dir)
+    return Measurement(run_dir, scn, plan, rows, header, info, stopped, loop_lags, workers)

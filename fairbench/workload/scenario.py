@@ -1,0 +1,603 @@
+"""The scenario file: a whole multi-tenant experiment as YAML, validated before anything runs.
+
+Validation is pydantic (it also gives us the JSON Schema editors autocomplete against); what
+users see is not pydantic's report but one line per problem, `field.path: what is wrong (what is
+allowed)`, raised as `ScenarioError` and printed by the CLI without a traceback. Cross-field
+rules (a tenant's mix names a defined workload, a trace tenant names a defined trace, …) are
+checked after the field-level pass so that they can name the exact field too.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from fairbench.workload.units import parse_duration, parse_rate
+from reference_scheduler.core.validation import lines_from
+
+
+class ScenarioError(Exception):
+    """A scenario that cannot be used. `lines` holds one `path: problem` line per problem."""
+
+    def __init__(self, lines: list[str], source: str | None = None) -> None:
+        self.lines = lines
+        self.source = source
+        prefix = f"{source}: " if source else ""
+        super().__init__("\n".join(prefix + line for line in lines))
+
+
+Seconds = Annotated[float, BeforeValidator(parse_duration)]
+PerSecond = Annotated[float, BeforeValidator(parse_rate)]
+PositiveSeconds = Annotated[Seconds, Field(gt=0)]
+NonNegSeconds = Annotated[Seconds, Field(ge=0)]
+PositiveRate = Annotated[PerSecond, Field(gt=0)]
+NonNegRate = Annotated[PerSecond, Field(ge=0)]
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ---------------------------------------------------------------- length distributions
+
+
+class _Dist(_Model):
+    min: int = Field(1, ge=0, description="samples are clipped to at least this")
+    max: int = Field(1_000_000, ge=0, description="samples are clipped to at most this")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> _Dist:
+        if self.max < self.min:
+            raise ValueError(f"max ({self.max}) must be >= min ({self.min})")
+        return self
+
+
+class ConstantDist(_Dist):
+    dist: Literal["constant"]
+    value: int = Field(ge=0)
+    min: int = Field(0, ge=0)
+
+
+class UniformDist(_Dist):
+    """Integers uniform on [low, high], both ends included."""
+
+    dist: Literal["uniform"]
+    low: int = Field(ge=0)
+    high: int = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _order(self) -> UniformDist:
+        if self.high < self.low:
+            raise ValueError(f"high ({self.high}) must be >= low ({self.low})")
+        return self
+
+
+class NormalDist(_Dist):
+    dist: Literal["normal"]
+    mean: Finite = Field(gt=0)
+    std: Finite = Field(ge=0)
+
+
+class LogNormalDist(_Dist):
+    """Given by its median and p99, the two numbers people know about their prompts."""
+
+    dist: Literal["lognormal"]
+    median: Finite = Field(gt=0)
+    p99: Finite = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _order(self) -> LogNormalDist:
+        if self.p99 < self.median:
+            raise ValueError(f"p99 ({self.p99}) must be >= median ({self.median})")
+        return self
+
+
+class ExponentialDist(_Dist):
+    dist: Literal["exponential"]
+    mean: Finite = Field(gt=0)
+
+
+class EmpiricalDist(_Dist):
+    """A discrete distribution; two values make the classic two-point (bimodal) case."""
+
+    dist: Literal["empirical"]
+    values: list[Annotated[int, Field(ge=0)]] = Field(min_length=1)
+    weights: list[Annotated[Finite, Field(ge=0)]] | None = None
+
+    @model_validator(mode="after")
+    def _weights(self) -> EmpiricalDist:
+        if self.weights is not None:
+            if len(self.weights) != len(self.values):
+                raise ValueError(
+                    f"weights has {len(self.weights)} entries but values has {len(self.values)}"
+                )
+            if sum(self.weights) <= 0:
+                raise ValueError("weights must not all be 0")
+        return self
+
+
+def _dist_shorthand(value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return {"dist": "constant", "value": value}
+    return value
+
+
+LengthDist = Annotated[
+    ConstantDist | UniformDist | NormalDist | LogNormalDist | ExponentialDist | EmpiricalDist,
+    Field(discriminator="dist"),
+    BeforeValidator(_dist_shorthand),
+]
+
+
+class Prefix(_Model):
+    """Shared prompt prefixes, so that prefix caching matters: `groups` distinct prefixes of
+    `tokens` tokens, chosen with Zipf popularity P(g) ∝ 1/(g+1)^zipf by a `share` of requests."""
+
+    groups: int = Field(ge=1, le=1_000_000)
+    tokens: int = Field(ge=1)
+    zipf: Finite = Field(1.0, ge=0)
+    share: Finite = Field(1.0, ge=0, le=1)
+
+
+class Workload(_Model):
+    endpoint: Literal["chat", "completions", "embeddings"] = "chat"
+    stream: bool | None = Field(None, description="default: true, false for embeddings")
+    prompt_tokens: LengthDist
+    output_tokens: LengthDist | None = Field(
+        None, description="default: constant 128; embeddings produce no output tokens"
+    )
+    prefix: Prefix | None = None
+    slo_class: str | None = Field(None, description="overrides the tenant's class")
+    model: str | None = None
+
+
+# ---------------------------------------------------------------- arrival processes
+
+
+class ConstantArrival(_Model):
+    """Exactly equal gaps of 1/rate."""
+
+    process: Literal["constant"]
+    rate: PositiveRate
+
+
+class PoissonArrival(_Model):
+    process: Literal["poisson"]
+    rate: PositiveRate
+
+
+class GammaArrival(_Model):
+    """Gamma renewal process: inter-arrival CV `cv` (1 is Poisson, > 1 bursty)."""
+
+    process: Literal["gamma"]
+    rate: PositiveRate
+    cv: Finite = Field(gt=0)
+
+
+class OnOffArrival(_Model):
+    """`rate` during `on` periods, silence during `off` periods, starting with `on`."""
+
+    process: Literal["onoff"]
+    rate: PositiveRate
+    on: PositiveSeconds
+    off: PositiveSeconds
+    within: Literal["poisson", "constant"] = "poisson"
+
+
+class RampArrival(_Model):
+    """Poisson arrivals whose rate goes linearly from `start_rate` to `end_rate` over `over`,
+    then stays at `end_rate`."""
+
+    process: Literal["ramp"]
+    start_rate: NonNegRate
+    end_rate: NonNegRate
+    over: PositiveSeconds
+
+    @model_validator(mode="after")
+    def _some_rate(self) -> RampArrival:
+        if self.start_rate == 0 and self.end_rate == 0:
+            raise ValueError("start_rate and end_rate cannot both be 0")
+        return self
+
+
+class TraceArrival(_Model):
+    """Rows of a trace declared under `traces:`; `share` picks this tenant's part of a shared
+    trace (see the trace's `split`)."""
+
+    process: Literal["trace"]
+    trace: str
+    share: Finite | None = Field(None, gt=0)
+
+
+Arrival = Annotated[
+    ConstantArrival | PoissonArrival | GammaArrival | OnOffArrival | RampArrival | TraceArrival,
+    Field(discriminator="process"),
+]
+
+
+class Phase(_Model):
+    """Between `start` and `end` the tenant's rate is multiplied by `multiplier`."""
+
+    start: NonNegSeconds
+    end: PositiveSeconds
+    multiplier: Finite = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _order(self) -> Phase:
+        if self.end <= self.start:
+            raise ValueError(f"end ({self.end}s) must be after start ({self.start}s)")
+        return self
+
+
+class TraceSpec(_Model):
+    format: Literal["mooncake", "azure", "burstgpt"]
+    path: str = Field(description="relative to the scenario file")
+    time_scale: Finite = Field(1.0, gt=0, description="2 replays twice as slow")
+    start: NonNegSeconds = Field(0.0, description="window start, trace time")
+    end: Seconds | None = Field(None, gt=0, description="window end, trace time")
+    spread: Literal["none", "auto"] | Seconds = Field(
+        "none",
+        description="spread rows sharing a timestamp over this tick ('auto' detects it)",
+    )
+    split: Literal["shares", "hash"] = Field(
+        "shares",
+        description="how rows go to the tenants naming this trace: seeded draw by share, "
+        "or a stable hash of the row's leading split_depth block ids (rows sharing that "
+        "prefix stay with one tenant; rows without ids hash their row number)",
+    )
+    split_depth: int = Field(2, ge=1, description="prefix blocks that key a hash split")
+    block_tokens: int = Field(512, ge=1, description="tokens per hash id (Mooncake: 512)")
+
+    @field_validator("spread")
+    @classmethod
+    def _spread_positive(cls, value: object) -> object:
+        if isinstance(value, float) and value <= 0:
+            raise ValueError("a spread tick must be > 0")
+        return value
+
+
+# ---------------------------------------------------------------- tenants, classes, run
+
+
+class SLOClass(_Model):
+    ttft: PositiveSeconds | None = None
+    tpot: PositiveSeconds | None = None
+    e2e: PositiveSeconds | None = None
+    percentile: Finite = Field(99.0, gt=0, lt=100)
+    priority: int = Field(0, description="lower is more urgent (for priority policies)")
+
+
+DEFAULT_SLO_CLASSES: dict[str, SLOClass] = {
+    "interactive": SLOClass(ttft=0.3, tpot=0.05, priority=0),
+    "batch": SLOClass(ttft=2.0, priority=1),
+    "best-effort": SLOClass(priority=2),
+}
+
+
+class Tenant(_Model):
+    id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")
+    weight: Finite = Field(1.0, gt=0)
+    slo_class: str = "interactive"
+    api_key: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict, description="extra HTTP headers")
+    extra_body: dict[str, Any] = Field(default_factory=dict, description="extra body fields")
+    mix: dict[str, Annotated[Finite, Field(ge=0)]] | str
+    arrival: Arrival
+    phases: list[Phase] = Field(default_factory=list)
+
+
+class RunSpec(_Model):
+    duration: PositiveSeconds | None = None
+    requests: int | None = Field(None, ge=1, le=100_000_000)
+    warmup: NonNegSeconds = 0.0
+    cooldown: NonNegSeconds = 0.0
+    seed: int = Field(0, ge=0, le=2**63 - 1)
+    timeout: PositiveSeconds = Field(600.0, description="per request, from its intended time")
+    grace: NonNegSeconds = Field(30.0, description="after the last send, before cancelling")
+    concurrency_cap: int | None = Field(
+        None,
+        ge=1,
+        description="closed-loop experiments only: at most this many in flight; the "
+        "run is then reported as closed-loop and the waiting is recorded",
+    )
+
+
+class PrioritySpec(_Model):
+    """The engine's per-request priority field, set from the request's SLO class or tenant.
+
+    Values are sent as written. vLLM runs lower values first (and only with
+    `--scheduling-policy priority`); SGLang runs higher values first unless started with
+    `--schedule-low-priority-values-first` (and only with `--enable-priority-scheduling`)."""
+
+    by: Literal["slo_class", "tenant"] = "slo_class"
+    values: dict[str, int] = Field(min_length=1)
+    default: int | None = Field(None, description="for classes/tenants not in values")
+
+
+class TargetSpec(_Model):
+    """What to run against. `reference` (default) is the bundled scheduler's HTTP server; `sim`
+    the same scheduler in virtual time; `openai` any OpenAI-compatible server; `vllm`, `sglang`
+    and `tgi` those engines, with their priority fields, tokenizers and metrics (docs/engines.md).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["reference", "sim", "openai", "vllm", "sglang", "tgi"] = "reference"
+    base_url: str | None = None
+    model: str | None = None
+    api: Literal["openai", "native"] = Field(
+        "openai",
+        description="sglang/tgi: `native` uses SGLang's /generate or TGI's /generate_stream",
+    )
+    api_key: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    class_extra_body: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    ignore_eos: bool = True
+    priority: PrioritySpec | None = None
+    calibrate: bool = Field(
+        True,
+        description="vllm/sglang/tgi: render prompts so the server's tokenizer counts exactly "
+        "the planned prompt tokens (from its /tokenize, or `tokenizer`)",
+    )
+    tokenizer: str | None = Field(
+        None, description="a tokenizer.json to count tokens with, instead of the server's"
+    )
+    metrics_url: str | None = Field(None, description="default: base_url + /metrics")
+    scrape_interval: PositiveSeconds = Field(1.0, description="server metrics, live runs")
+    faults: dict[str, Any] | None = Field(
+        None,
+        description="reference target only: failures to inject (see reference_scheduler/faults.py)",
+    )
+
+
+class HealthSpec(_Model):
+    max_send_lag_p99: PositiveSeconds = Field(0.005, description="above this the run is INVALID")
+    min_rate_ratio: Finite = Field(0.99, gt=0, le=1)
+
+
+class Scenario(_Model):
+    name: str = Field("scenario", pattern=r"^[A-Za-z0-9_.-]+$")
+    description: str = ""
+    slo_classes: dict[str, SLOClass] = Field(default_factory=lambda: dict(DEFAULT_SLO_CLASSES))
+    workloads: dict[str, Workload] = Field(min_length=1)
+    tenants: list[Tenant] = Field(min_length=1)
+    traces: dict[str, TraceSpec] = Field(default_factory=dict)
+    run: RunSpec = Field(default_factory=RunSpec)
+    target: TargetSpec = Field(default_factory=TargetSpec)
+    scheduler: dict[str, Any] = Field(default_factory=dict)
+    health: HealthSpec = Field(default_factory=HealthSpec)
+
+    def slo_class_of(self, tenant: Tenant, workload: str) -> str:
+        return self.workloads[workload].slo_class or tenant.slo_class
+
+    def mix_of(self, tenant: Tenant) -> dict[str, float]:
+        return {tenant.mix: 1.0} if isinstance(tenant.mix, str) else dict(tenant.mix)
+
+
+def _check_target(scn: Scenario) -> list[str]:
+    t = scn.target
+    problems: list[str] = []
+    if t.api == "native" and t.kind not in ("sglang", "tgi"):
+        problems.append(
+            f"target.api: 'native' is for sglang (/generate) and tgi (/generate_stream); "
+            f"a {t.kind} target speaks 'openai'"
+        )
+    if t.priority is not None:
+        if t.kind not in ("vllm", "sglang"):
+            why = (
+                "TGI has no per-request priority (it serves first come, first served)"
+                if t.kind == "tgi"
+                else f"a {t.kind} target has no engine priority field"
+            )
+            problems.append(f"target.priority: {why}; remove it, or use class_extra_body")
+        else:
+            known = (
+                set(scn.slo_classes)
+                if t.priority.by == "slo_class"
+                else {x.id for x in scn.tenants}
+            )
+            for name in sorted(set(t.priority.values) - known):
+                problems.append(
+                    f"target.priority.values: unknown {t.priority.by} {name!r}; "
+                    f"defined: {sorted(known)}"
+                )
+    if t.faults is not None and t.kind != "reference":
+        problems.append("target.faults: faults are injected by the reference server only")
+    return problems
+
+
+def _cross_check(scn: Scenario) -> list[str]:
+    problems: list[str] = _check_target(scn)
+    seen: set[str] = set()
+    trace_users: dict[str, list[int]] = {}
+    for i, tenant in enumerate(scn.tenants):
+        at = f"tenants[{i}]"
+        if tenant.id in seen:
+            problems.append(f"{at}.id: duplicate tenant id {tenant.id!r}; ids must be unique")
+        seen.add(tenant.id)
+        if tenant.slo_class not in scn.slo_classes:
+            problems.append(
+                f"{at}.slo_class: unknown class {tenant.slo_class!r}; "
+                f"defined: {sorted(scn.slo_classes)}"
+            )
+        mix = scn.mix_of(tenant)
+        for name in mix:
+            if name not in scn.workloads:
+                problems.append(
+                    f"{at}.mix: unknown workload {name!r}; defined: {sorted(scn.workloads)}"
+                )
+        if not mix or sum(mix.values()) <= 0 or not all(math.isfinite(v) for v in mix.values()):
+            problems.append(f"{at}.mix: needs at least one workload with a weight > 0")
+        if isinstance(tenant.arrival, TraceArrival):
+            if tenant.arrival.trace not in scn.traces:
+                problems.append(
+                    f"{at}.arrival.trace: unknown trace {tenant.arrival.trace!r}; "
+                    f"defined under traces: {sorted(scn.traces)}"
+                )
+            else:
+                trace_users.setdefault(tenant.arrival.trace, []).append(i)
+            if tenant.phases:
+                problems.append(
+                    f"{at}.phases: a trace replay has no rate to change; remove phases "
+                    "(use the trace's time_scale or window instead)"
+                )
+        for j, phase in enumerate(tenant.phases):
+            if scn.run.duration is not None and phase.start >= scn.run.duration:
+                problems.append(
+                    f"{at}.phases[{j}].start: {phase.start}s is past run.duration "
+                    f"({scn.run.duration}s)"
+                )
+    for name, users in trace_users.items():
+        if len(users) > 1:
+            for i in users:
+                if scn.tenants[i].arrival.share is None:  # type: ignore[union-attr]
+                    problems.append(
+                        f"tenants[{i}].arrival.share: trace {name!r} is shared by "
+                        f"{len(users)} tenants; give each a share"
+                    )
+    for name, wl in scn.workloads.items():
+        at = f"workloads.{name}"
+        if wl.slo_class is not None and wl.slo_class not in scn.slo_classes:
+            problems.append(
+                f"{at}.slo_class: unknown class {wl.slo_class!r}; "
+                f"defined: {sorted(scn.slo_classes)}"
+            )
+        if wl.endpoint == "embeddings":
+            if wl.stream:
+                problems.append(f"{at}.stream: embeddings do not stream; remove it or set false")
+            out = wl.output_tokens
+            if out is not None and not (isinstance(out, ConstantDist) and out.value == 0):
+                problems.append(
+                    f"{at}.output_tokens: embeddings produce no output tokens; remove it"
+                )
+    all_trace = all(isinstance(t.arrival, TraceArrival) for t in scn.tenants)
+    if scn.run.duration is None and scn.run.requests is None and not all_trace:
+        problems.append(
+            "run: needs duration (e.g. '60s') or requests (a count); only a pure trace replay "
+            "can end on its own"
+        )
+    if scn.run.duration is not None and scn.run.warmup + scn.run.cooldown >= scn.run.duration:
+        problems.append(
+            f"run.warmup: warmup + cooldown ({scn.run.warmup + scn.run.cooldown}s) must be "
+            f"shorter than run.duration ({scn.run.duration}s)"
+        )
+    return problems
+
+
+def parse_scenario(
+    data: object, source: str | None = None, base_dir: Path | None = None
+) -> Scenario:
+    """Validate an already-parsed YAML document. Trace paths are resolved against `base_dir`."""
+    if not isinstance(data, dict):
+        raise ScenarioError(
+            [f"(top level): must be a mapping of fields, got {type(data).__name__}"], source
+        )
+    try:
+        scn = Scenario.model_validate(data)
+    except ValidationError as error:
+        raise ScenarioError(lines_from(error), source) from None
+    problems = _cross_check(scn)
+    if scn.scheduler:
+        problems += _check_scheduler_block(scn.scheduler)
+    if scn.target.faults is not None:
+        from reference_scheduler.server.faults import FaultSpec
+
+        try:
+            FaultSpec.model_validate(scn.target.faults)
+        except ValidationError as error:
+            problems += [f"target.faults.{line}" for line in lines_from(error)]
+    tokenizer = scn.target.tokenizer
+    if tokenizer is not None:
+        path = Path(tokenizer) if base_dir is None else base_dir / tokenizer
+        if not path.is_file():
+            problems.append(f"target.tokenizer: no such file {str(path)!r}")
+        else:
+            target = scn.target.model_copy(update={"tokenizer": str(path.resolve())})
+            scn = scn.model_copy(update={"target": target})
+    if problems:
+        raise ScenarioError(problems, source)
+    if base_dir is not None and scn.traces:
+        resolved = {
+            name: spec.model_copy(update={"path": str((base_dir / spec.path).resolve())})
+            if not Path(spec.path).is_absolute()
+            else spec
+            for name, spec in scn.traces.items()
+        }
+        scn = scn.model_copy(update={"traces": resolved})
+    return scn
+
+
+def _check_scheduler_block(block: dict[str, Any]) -> list[str]:
+    """The `scheduler:` block belongs to the reference scheduler, which validates it itself."""
+    from reference_scheduler.scheduler.config import SchedulerConfigError, parse_scheduler_config
+
+    try:
+        parse_scheduler_config(block)
+    except SchedulerConfigError as error:
+        return [
+            f"scheduler.{line}" if not line.startswith("scheduler") else line
+            for line in error.lines
+        ]
+    return []
+
+
+class _Yaml12Loader(yaml.SafeLoader):
+    """YAML 1.2 booleans: only true/false. YAML 1.1 also reads on/off/yes/no as booleans, which
+    would turn an on/off arrival's `on:` key into `True:`."""
+
+
+_Yaml12Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Yaml12Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool",
+    re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+    list("tTfF"),
+)
+
+
+def read_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_Yaml12Loader)
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario file; raises ScenarioError with one line per problem."""
+    path = Path(path)
+    source = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ScenarioError(["file not found"], source) from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ScenarioError([f"cannot read: {error}"], source) from None
+    try:
+        data = read_yaml(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise ScenarioError([f"(yaml) {where}: {problem}"], source) from None
+    return parse_scenario(data, source, path.parent)
+
+
+def json_schema() -> dict[str, Any]:
+    schema = Scenario.model_json_schema()
+    schema["title"] = "fairbench scenario"
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    return schema

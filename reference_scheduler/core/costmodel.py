@@ -1,0 +1,115 @@
+"""GPU cost profiles: how long one engine iteration takes.
+
+    prefill_ms(n)        = max(floor, a + b·n + c·n²)                     n prefill tokens
+    decode_step_ms(B, C) = max(d + e·B, a + b·B) + f·C                    B sequences, C context
+    mixed step (chunked prefill, n > 0 and B > 0):
+                           max(d + e·B, max(floor, a + b·(n + B) + c·n²)) + f·C
+
+The decode step is the slower of a memory-bound term (weights read once per step, d, plus a
+per-sequence cost e) and a compute-bound term (the same linear-in-tokens cost as prefill), plus
+attention reading the KV cache (f per context token). A mixed step processes its prefill chunk's
+n tokens and the B decode tokens in one pass, so the compute term sees n + B tokens. This is the
+Sarathi/vLLM chunked-prefill picture; it reduces to the two pure forms at n = 0 and B = 0.
+
+Textbook reductions are configuration, not code: `constant_step_ms` makes every step cost the
+same whatever the batch (with max_num_seqs = 1 the engine is then a single server whose service
+time is output_tokens × step), and all-zero prefill coefficients make prefill free.
+
+Profiles are data: one YAML file each in `profiles/`, with their sources; users add their own
+(`profile: path/to/file.yaml` or an inline mapping).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PROFILE_DIR = Path(__file__).parents[1] / "profiles"
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    name: str
+    a: float = 0.0
+    b: float = 0.0
+    c: float = 0.0
+    floor: float = 0.0
+    d: float = 0.0
+    e: float = 0.0
+    f: float = 0.0
+    kv_bytes_per_token: int = 0
+    kv_cache_tokens: int = 0  # tokens of KV cache the engine can hold
+    constant_step_ms: float | None = None
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    chunked_prefill: bool = True
+    admit_every: int = 1  # admission opportunity every k steps (S-LoRA: 10)
+    source: str = ""
+
+    def step_ms(self, n: int, batch: int, context: int) -> float:
+        if self.constant_step_ms is not None:
+            return self.constant_step_ms
+        if batch == 0:
+            if n == 0:
+                return 0.0
+            return max(self.floor, self.a + self.b * n + self.c * n * n)
+        compute = self.a + self.b * (n + batch)
+        if n:
+            compute = max(self.floor, compute + self.c * n * n)
+        return max(self.d + self.e * batch, compute) + self.f * context
+
+    def step_ns(self, n: int, batch: int, context: int) -> int:
+        return int(self.step_ms(n, batch, context) * 1e6)
+
+
+_FIELDS = {f.name for f in fields(Profile)}
+
+
+class ProfileError(ValueError):
+    pass
+
+
+def profile_from_mapping(data: Any, where: str = "profile") -> Profile:
+    if not isinstance(data, dict):
+        raise ProfileError(f"{where}: a profile must be a mapping of coefficients")
+    unknown = sorted(set(data) - _FIELDS)
+    if unknown:
+        raise ProfileError(f"{where}.{unknown[0]}: not a profile field; fields: {sorted(_FIELDS)}")
+    try:
+        profile = Profile(**{"name": "custom", **data})
+    except TypeError as error:
+        raise ProfileError(f"{where}: {error}") from None
+    for name in ("a", "b", "c", "floor", "d", "e", "f"):
+        value = getattr(profile, name)
+        if not isinstance(value, int | float) or value < 0 or value != value:
+            raise ProfileError(f"{where}.{name}: must be a number >= 0, got {value!r}")
+    if profile.constant_step_ms is not None and not profile.constant_step_ms > 0:
+        raise ProfileError(f"{where}.constant_step_ms: must be > 0")
+    if profile.kv_cache_tokens <= 0:
+        raise ProfileError(f"{where}.kv_cache_tokens: must be > 0")
+    for name in ("max_num_seqs", "max_num_batched_tokens", "admit_every"):
+        if not isinstance(getattr(profile, name), int) or getattr(profile, name) < 1:
+            raise ProfileError(f"{where}.{name}: must be an integer >= 1")
+    return profile
+
+
+def shipped_profiles() -> list[str]:
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
+
+
+def load_profile(spec: str | dict[str, Any], where: str = "profile") -> Profile:
+    """A shipped profile by name, a YAML file by path, or an inline mapping."""
+    if isinstance(spec, dict):
+        return profile_from_mapping(spec, where)
+    path = PROFILE_DIR / f"{spec}.yaml"
+    if not path.is_file():
+        path = Path(spec)
+    if not path.is_file():
+        raise ProfileError(f"{where}: unknown profile {spec!r}; shipped: {shipped_profiles()}")
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if isinstance(data, dict):
+        data.setdefault("name", path.stem)
+    return profile_from_mapping(data, where)

@@ -1,0 +1,154 @@
+"""The real-time driver: the simulator's engine, stepped on the wall clock.
+
+The same engine as the virtual-time driver; only the step that sleeps differs (SimPy's rt.py
+idea). Each replica runs a loop: ask the engine for a step at `now`, sleep until the step's
+absolute end time (coarse sleep, then a short spin: event-loop timers are millisecond-grained),
+then deliver its events to the waiting streams. The next step starts at the previous step's end
+on the engine's timeline; when the event loop wakes late, the lateness is measured
+(`scheduler_step_lag_seconds`) and the next step starts at the real time instead, so a driver
+that falls behind says so rather than silently compressing time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from reference_scheduler.core.job import Job
+from reference_scheduler.scheduler.config import SchedulerConfig
+from reference_scheduler.scheduler.engine import Engine, StepResult
+
+SPIN_NS = 1_200_000  # sleep until this close to a step's end, then spin (yielding to I/O)
+
+
+class Stream:
+    """What one request's handler waits on: token counts, then a final status."""
+
+    __slots__ = ("event", "finished", "job", "tokens")
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.tokens = 0  # delivered, not yet taken by the handler
+        self.finished = False
+        self.event = asyncio.Event()
+
+    def push(self, n: int, finished: bool) -> None:
+        self.tokens += n
+        self.finished = self.finished or finished
+        self.event.set()
+
+    async def take(self) -> tuple[int, bool]:
+        while not self.tokens and not self.finished:
+            self.event.clear()
+            await self.event.wait()
+        n, self.tokens = self.tokens, 0
+        return n, self.finished
+
+
+class DriverMetrics(Protocol):
+    """What the driver reports as it steps (the server's Prometheus SLIs implement it)."""
+
+    cancelled: Any  # a counter: .inc()
+
+    def rejected(self, code: int) -> None: ...
+    def queue_depth(self, depth: int) -> None: ...
+    def step(self, res: StepResult, lag_ns: int, policy: Any) -> None: ...
+    def admitted(self, job: Job) -> None: ...
+    def finished(self, job: Job) -> None: ...
+
+
+class RealtimeDriver:
+    """Steps every replica of one engine on the wall clock; handlers wait on `Stream`s."""
+
+    def __init__(
+        self,
+        scheduler: SchedulerConfig,
+        metrics: DriverMetrics,
+        clock: Callable[[], int] = time.perf_counter_ns,
+    ) -> None:
+        self.engine = Engine(scheduler, keep_history=False)
+        self.metrics = metrics
+        self.clock = clock
+        self.base = clock()
+        self.streams: dict[int, Stream] = {}
+        self.wake = [asyncio.Event() for _ in self.engine.replicas]
+        self.tasks: list[asyncio.Task[None]] = []
+        self.ids = itertools.count()
+
+    def now(self) -> int:
+        return self.clock() - self.base
+
+    def start(self) -> None:
+        self.tasks = [asyncio.create_task(self._replica(r)) for r in range(len(self.wake))]
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+    def submit(self, job: Job) -> tuple[Stream | None, Any]:
+        verdict = self.engine.submit(job, self.now())
+        if not verdict.accepted:
+            self.metrics.rejected(verdict.code)
+            return None, verdict
+        stream = Stream(job)
+        self.streams[job.id] = stream
+        for event in self.wake:
+            event.set()
+        self.metrics.queue_depth(len(self.engine.policy))
+        return stream, verdict
+
+    def cancel(self, job: Job) -> None:
+        if self.engine.cancel(job, self.now()):
+            self.metrics.cancelled.inc()
+        self.streams.pop(job.id, None)
+
+    async def _replica(self, r: int) -> None:
+        engine = self.engine
+        step_at = self.now()
+        while True:
+            res = engine.step(r, max(step_at, self.now()))
+            if res is None:
+                self.wake[r].clear()
+                await self.wake[r].wait()
+                step_at = self.now()
+                continue
+            due = self.base + res.end_ns
+            delay = due - self.clock() - SPIN_NS
+            if delay > 0:
+                await asyncio.sleep(delay / 1e9)
+            while self.clock() < due:  # timers are millisecond-grained: spin the last stretch
+                await asyncio.sleep(0)
+            lag = self.clock() - due
+            self.metrics.step(res, max(lag, 0), engine.policy)
+            self._deliver(r, res)
+            step_at = res.end_ns
+
+    def _deliver(self, r: int, res: StepResult) -> None:
+        streams = self.streams
+        for job in res.admitted:
+            self.metrics.admitted(job)
+        first = {job.id for job in res.first_tokens}
+        finished = {job.id for job in res.finished}
+        for job in res.first_tokens:
+            stream = streams.get(job.id)
+            if stream is not None:
+                stream.push(1 if job.max_tokens else 0, job.id in finished)
+        if res.n_decode:
+            for job in self.engine.decoding_jobs(r):
+                stream = streams.get(job.id)
+                if stream is not None:
+                    stream.push(1, False)
+        for job in res.finished:
+            self.metrics.finished(job)
+            if job.id not in first:
+                stream = streams.get(job.id)
+                if stream is not None:
+                    stream.push(1, True)
+        if finished:
+            self.metrics.queue_depth(len(self.engine.policy))
+            for event in self.wake:
+                event.set()

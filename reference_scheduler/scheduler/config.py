@@ -1,0 +1,121 @@
+"""The `scheduler:` block: one configuration for both the simulated and the served scheduler.
+
+    scheduler:
+      policy: dwrr                 # a policy, a preset, or {name: ..., options}
+      profile: h100-llama3-8b      # a shipped profile, a YAML path, or inline coefficients
+      replicas: 1                  # engine replicas behind the one global queue
+      max_num_seqs: 256            # these four override the profile's engine defaults
+      max_num_batched_tokens: 8192
+      chunked_prefill: true
+      kv_cache_tokens: 400000
+      block_size: 16
+      step_noise_cv: 0.0           # seeded lognormal noise on step times
+      seed: 0
+      admission: {max_queue: 5000, max_queue_per_tenant: 500, shed_best_effort_depth: 2000,
+                  degrade_depth: 1000, degrade_max_tokens: 256}       # see admission.py
+      prefix_cache: {blocks: 2048, protected_classes: [interactive]}  # see prefix_cache.py
+      preemption: {mode: swap, swap_bandwidth_gbps: 50, budget: {count: 3, window_s: 60}}
+
+Validated up front; a problem is reported as `scheduler.<field>: ...` on one line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from reference_scheduler.core.admission import AdmissionSpec
+from reference_scheduler.core.costmodel import Profile, ProfileError, load_profile
+from reference_scheduler.core.policy import Policy
+from reference_scheduler.core.preemption import PreemptionSpec
+from reference_scheduler.core.prefix_cache import PrefixCacheSpec
+from reference_scheduler.core.validation import lines_from
+from reference_scheduler.policies import PolicySpecError, policy_factory
+
+
+class SchedulerConfigError(Exception):
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+        super().__init__("\n".join(lines))
+
+
+class SchedulerSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    policy: str | dict[str, Any] = "dwrr"
+    profile: str | dict[str, Any] = "h100-llama3-8b"
+    replicas: int = Field(1, ge=1, le=100_000)
+    max_num_seqs: int | None = Field(None, ge=1, le=1_000_000)
+    max_num_batched_tokens: int | None = Field(None, ge=1, le=10_000_000)
+    chunked_prefill: bool | None = None
+    admit_every: int | None = Field(None, ge=1, le=10_000)
+    kv_cache_tokens: int | None = Field(None, ge=1, le=10**10)
+    block_size: int = Field(16, ge=1, le=4096)
+    max_model_len: int | None = Field(None, ge=1)
+    step_noise_cv: float = Field(0.0, ge=0, le=10, allow_inf_nan=False)
+    seed: int = Field(0, ge=0, le=2**63 - 1)
+    admission: AdmissionSpec | None = None
+    prefix_cache: PrefixCacheSpec | None = None
+    preemption: PreemptionSpec | None = None
+    tier_ranks: dict[str, int] = Field(
+        default_factory=lambda: {"interactive": 0, "batch": 1, "best-effort": 2},
+        description="tier name -> rank (lower is more urgent); demotion moves one rank down",
+    )
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """A validated, resolved configuration: the profile loaded, the policy factory built."""
+
+    spec: SchedulerSpec
+    profile: Profile
+    policy_factory: Callable[[], Policy]
+
+    @property
+    def replicas(self) -> int:
+        return self.spec.replicas
+
+    @property
+    def kv_blocks(self) -> int:
+        return self.profile.kv_cache_tokens // self.spec.block_size
+
+    @property
+    def max_model_len(self) -> int:
+        limit = self.spec.max_model_len
+        cap = self.profile.kv_cache_tokens
+        return min(limit, cap) if limit else cap
+
+
+def parse_scheduler_config(block: dict[str, Any] | None) -> SchedulerConfig:
+    try:
+        spec = SchedulerSpec.model_validate(block or {})
+    except ValidationError as error:
+        raise SchedulerConfigError(lines_from(error)) from None
+    problems: list[str] = []
+    profile = None
+    try:
+        profile = load_profile(spec.profile)
+    except ProfileError as error:
+        problems.append(str(error))
+    factory = None
+    try:
+        factory = policy_factory(spec.policy)
+    except PolicySpecError as error:
+        problems.append(str(error))
+    if problems or profile is None or factory is None:
+        raise SchedulerConfigError(problems)
+    overrides = {
+        name: getattr(spec, name)
+        for name in (
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "chunked_prefill",
+            "admit_every",
+            "kv_cache_tokens",
+        )
+        if getattr(spec, name) is not None
+    }
+    return SchedulerConfig(spec, replace(profile, **overrides), factory)

@@ -1,0 +1,187 @@
+"""The scheduler's SLIs as Prometheus metrics (prometheus-client, one registry per server).
+
+scheduler_wait_time_seconds{tenant,slo_class}        histogram, arrival -> admission
+scheduler_throughput_tokens_total{tenant}            output tokens produced
+scheduler_requests_total{tenant,slo_class,outcome}   finished | cancelled
+scheduler_admission_rejections_total{code}           400 / 401 / 429 / 503
+scheduler_queue_depth                                waiting jobs (all tiers)
+scheduler_queue_depth_by{dimension,name}             waiting jobs per tier / tenant
+scheduler_running                                    jobs in the engine
+scheduler_vtc_counter{tenant}                        VTC's service counters (vtc/lcf)
+scheduler_borrow_ratio{tier_from,tier_to}            capacity a tier borrows from another (tiered)
+scheduler_step_duration_seconds                      histogram of engine step times
+scheduler_step_lag_seconds                           histogram: how late the driver woke
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
+
+from reference_scheduler.core.job import Job
+
+_LATENCY = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+_LAG = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05, 0.1)
+
+
+class _EngineCounters(Collector):
+    """Counters the engine keeps itself (prefix cache, admission), read at scrape time."""
+
+    def __init__(self) -> None:
+        self.engine: Any = None
+        self.metrics_faults: Any = None
+
+    def collect(self) -> Any:
+        engine = self.engine
+        if engine is None:
+            return
+        cache = engine.cache
+        queries = CounterMetricFamily(
+            "scheduler_prefix_cache_queries_tokens", "Prompt tokens looked up in the prefix cache"
+        )
+        hits = CounterMetricFamily(
+            "scheduler_prefix_cache_hits_tokens", "Prompt tokens served from the prefix cache"
+        )
+        queries.add_metric([], cache.query_tokens if cache else 0)
+        hits.add_metric([], cache.hit_tokens if cache else 0)
+        yield queries
+        yield hits
+        admission = engine.admission
+        refusals = CounterMetricFamily(
+            "scheduler_admission_refusals",
+            "Requests refused by admission control",
+            labels=["reason"],
+        )
+        degraded = CounterMetricFamily("scheduler_degraded", "Jobs whose max_tokens were capped")
+        if admission is not None:
+            for reason, n in sorted(admission.rejected.items()):
+                refusals.add_metric([reason], n)
+        degraded.add_metric([], admission.degraded if admission else 0)
+        yield refusals
+        yield degraded
+        pre = engine.preemption
+        preempt = CounterMetricFamily(
+            "scheduler_preempt_count", "Preemptions suffered", labels=["tenant", "slo_class"]
+        )
+        for (tenant, cls), n in sorted(pre.by_tenant_class.items()):
+            preempt.add_metric([tenant, cls], n)
+        yield preempt
+        faults = self.metrics_faults
+        if faults is not None:
+            injected = CounterMetricFamily(
+                "scheduler_faults_injected", "Faults injected", labels=["kind"]
+            )
+            for kind, n in sorted(faults.injected.items()):
+                injected.add_metric([kind], n)
+            yield injected
+        for name, doc, value in (
+            ("scheduler_demotions", "Waiting jobs moved down a tier", pre.demotions),
+            ("scheduler_promotions", "Waiting jobs moved back up a tier", pre.promotions),
+            (
+                "scheduler_swap_bytes",
+                "KV bytes swapped out and in",
+                pre.swap_out_bytes + pre.swap_in_bytes,
+            ),
+            (
+                "scheduler_recompute_tokens",
+                "Tokens re-prefilled after preemption",
+                pre.recompute_tokens,
+            ),
+        ):
+            family = CounterMetricFamily(name, doc)
+            family.add_metric([], value)
+            yield family
+
+
+class SchedulerMetrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self._engine_counters = _EngineCounters()
+        r.register(self._engine_counters)
+        self.faults: Any = None  # set by the server: injected faults are counted on scrape
+        self.wait = Histogram(
+            "scheduler_wait_time_seconds",
+            "Arrival to admission",
+            ["tenant", "slo_class"],
+            buckets=_LATENCY,
+            registry=r,
+        )
+        self.tokens = Counter(
+            "scheduler_throughput_tokens", "Output tokens produced", ["tenant"], registry=r
+        )
+        self.requests = Counter(
+            "scheduler_requests",
+            "Requests that left the scheduler",
+            ["tenant", "slo_class", "outcome"],
+            registry=r,
+        )
+        self.rejections = Counter(
+            "scheduler_admission_rejections", "Requests refused", ["code"], registry=r
+        )
+        self.cancelled = Counter("scheduler_cancelled", "Requests cancelled by clients", registry=r)
+        self.depth = Gauge("scheduler_queue_depth", "Waiting requests", registry=r)
+        self.depth_by = Gauge(
+            "scheduler_queue_depth_by",
+            "Waiting requests by tier or tenant",
+            ["dimension", "name"],
+            registry=r,
+        )
+        self.running = Gauge("scheduler_running", "Requests in the engine", registry=r)
+        self.vtc = Gauge("scheduler_vtc_counter", "VTC service counter", ["tenant"], registry=r)
+        self.borrow = Gauge(
+            "scheduler_borrow_ratio",
+            "Capacity share a tier borrows from another tier's unused quota",
+            ["tier_from", "tier_to"],
+            registry=r,
+        )
+        self.step_time = Histogram(
+            "scheduler_step_duration_seconds", "Engine step time", buckets=_LATENCY, registry=r
+        )
+        self.step_lag = Histogram(
+            "scheduler_step_lag_seconds", "Real-time driver lateness", buckets=_LAG, registry=r
+        )
+
+    def admitted(self, job: Job) -> None:
+        self.wait.labels(job.tenant, job.slo_class).observe((job.admit_ns - job.arrival_ns) / 1e9)
+
+    def finished(self, job: Job) -> None:
+        self.requests.labels(job.tenant, job.slo_class, "finished").inc()
+        if job.max_tokens:
+            self.tokens.labels(job.tenant).inc(job.max_tokens)
+
+    def rejected(self, code: int) -> None:
+        self.rejections.labels(str(code)).inc()
+
+    def queue_depth(self, n: int) -> None:
+        self.depth.set(n)
+
+    def step(self, res: Any, lag_ns: int, policy: Any) -> None:
+        self.step_time.observe(res.duration_ns / 1e9)
+        self.step_lag.observe(lag_ns / 1e9)
+
+    def refresh(self, engine: Any) -> None:
+        """Gauges that are cheaper to read on scrape than to keep current on every step."""
+        self._engine_counters.engine = engine
+        self._engine_counters.metrics_faults = self.faults
+        policy = engine.policy
+        self.depth.set(len(policy))
+        self.running.set(sum(rep.slots for rep in engine.replicas))
+        for key, value in policy.stats().items():
+            if key.startswith("counter:"):
+                self.vtc.labels(key[8:]).set(value)
+        for tenant, n in engine.admission.by_tenant.items():
+            self.depth_by.labels("tenant", tenant).set(n)
+        for cls, n in engine.admission.by_class.items():
+            self.depth_by.labels("slo_class", cls).set(n)
+        if hasattr(policy, "borrowing"):
+            self.borrow.clear()
+            for (lender, borrower), share in policy.borrowing().items():
+                self.borrow.labels(lender, borrower).set(share)
+            for spec, child in zip(policy.specs, policy.children, strict=True):
+                self.depth_by.labels("tier", spec.name).set(len(child))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

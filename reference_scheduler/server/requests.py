@@ -1,0 +1,104 @@
+"""Request validation for the HTTP server: OpenAI-shaped errors and the body's fields.
+
+Every bad request becomes a `BadRequest` raised here and answered by `error_response` as
+`{"error": {"message", "type", "param", "code"}}` with a 4xx status, so a malformed request
+never reaches the engine and never takes the server down.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+
+class BadRequest(Exception):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        kind: str,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status, self.message, self.kind = status, message, kind
+        self.param, self.code, self.headers = param, code, headers or {}
+
+
+def error_response(error: BadRequest) -> web.Response:
+    body = {
+        "error": {
+            "message": error.message,
+            "type": error.kind,
+            "param": error.param,
+            "code": error.code,
+        }
+    }
+    return web.json_response(body, status=error.status, headers=error.headers)
+
+
+def invalid(message: str, param: str | None = None, code: str | None = None) -> BadRequest:
+    return BadRequest(400, message, "invalid_request_error", param, code)
+
+
+def json_object(raw: bytes) -> dict[str, Any]:
+    """The request body as a JSON object, or a 400 that says why not."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise invalid("The request body is not valid JSON.", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise invalid("The request body must be a JSON object.")
+    return body
+
+
+def max_tokens_of(body: dict[str, Any], limit: int) -> int:
+    value = body.get("max_tokens", body.get("max_completion_tokens", 16))
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise invalid("max_tokens must be an integer.", "max_tokens")
+    if value < 1 or value > limit:
+        raise invalid(
+            f"max_tokens must be between 1 and {limit}, got {value}.",
+            "max_tokens",
+        )
+    return value
+
+
+def stream_flags(body: dict[str, Any]) -> tuple[bool, bool]:
+    """(stream, include_usage)."""
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise invalid("stream must be a boolean.", "stream")
+    options = body.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise invalid("stream_options must be an object.", "stream_options")
+    return stream, bool(options.get("include_usage", False))
+
+
+def prompt_of_chat(body: dict[str, Any]) -> str:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise invalid("messages must be a non-empty list.", "messages")
+    parts = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise invalid(f"messages[{i}] must be an object with a role.", "messages")
+        content = message.get("content", "")
+        if isinstance(content, list):
+            content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+        if not isinstance(content, str):
+            raise invalid(f"messages[{i}].content must be a string.", "messages")
+        parts.append(content)
+    return " ".join(parts)
+
+
+def prompt_of_completion(body: dict[str, Any]) -> str:
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if not isinstance(prompt, str):
+        raise invalid("prompt must be a string.", "prompt")
+    return prompt
