@@ -101,19 +101,24 @@ class Executor:
 
     # ------------------------------------------------------------------ one request
 
-    def _begin(self, req: PlannedRequest, t_intended: int, t0: int, sent: int) -> Record:
-        """The record of a request just sent, and the generator's lateness for it."""
-        rec = Record(
+    def _record(self, req: PlannedRequest, intended_ns: int, **fields: Any) -> Record:
+        """A request's record, as planned (every record starts here)."""
+        return Record(
             req.request_id,
             req.tenant,
             req.slo_class,
             req.workload,
             req.endpoint,
-            t_intended - t0,
+            intended_ns,
             req.prompt_tokens,
             req.max_tokens,
             worker=self.worker,
+            **fields,
         )
+
+    def _begin(self, req: PlannedRequest, t_intended: int, t0: int, sent: int) -> Record:
+        """The record of a request just sent, and the generator's lateness for it."""
+        rec = self._record(req, t_intended - t0)
         rec.t_sent_ns = sent - t0
         self.counters.last_lag_ns = sent - t_intended  # the send lag itself is in the record
         self.counters.sent += 1
@@ -356,18 +361,11 @@ class Executor:
             for i in indices[sent_upto:]:
                 req = plan.request(int(i))
                 self._write(
-                    Record(
-                        req.request_id,
-                        req.tenant,
-                        req.slo_class,
-                        req.workload,
-                        req.endpoint,
+                    self._record(
+                        req,
                         int(offsets[i]),
-                        req.prompt_tokens,
-                        req.max_tokens,
                         status="cancelled",
                         error_detail="not sent: the run was stopped",
-                        worker=self.worker,
                     )
                 )
             if self._tasks:  # interrupted while draining
