@@ -13,8 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from fairbench.analysis import censored
 from fairbench.analysis.health import generator_health
-from fairbench.analysis.summary import build_summary
+from fairbench.analysis.summary import build_summary, measurement_window
+from fairbench.plan.model import Plan
 from fairbench.run.live import Progress
 from fairbench.run.measure import Measurement, measure
 from fairbench.run.records import check_accounting, records_frame, write_records
@@ -81,6 +85,7 @@ def finish(m: Measurement) -> RunOutcome:
         health,
         acc,
         closed_loop=scn.run.concurrency_cap is not None,
+        solo_ttft_p99_ns=solo_ttft_p99(plan, scn) if scn.target.kind == "sim" else None,
     )
     summary["incomplete"] = not m.complete
     summary["warnings"] = target_warnings(m.info)
@@ -96,6 +101,29 @@ def finish(m: Measurement) -> RunOutcome:
     )
     write_json(m.run_dir / "run.json", header)
     return RunOutcome(m.run_dir, summary, m.stopped, m.info)
+
+
+def solo_ttft_p99(plan: Plan, scn: Scenario) -> dict[str, float]:
+    """Each tenant's TTFT p99 (ns) when the same plan runs with only that tenant: the solo arm
+    of the isolation figure, simulated (the simulator is deterministic, so it is exact for the
+    plan). A tenant whose solo p99 is itself censored gets none."""
+    from fairbench.targets.sim import run_sim
+
+    lo, hi = measurement_window(scn, plan.duration_ns / 1e9)
+    out: dict[str, float] = {}
+    codes = plan.columns["tenant"]
+    for k, tenant in enumerate(plan.tenants):
+        rows = np.flatnonzero(codes == k)
+        if not len(rows):
+            continue
+        records, _ = run_sim(plan.subset(rows), scn)
+        frame = records_frame(records)
+        t = frame["t_intended_ns"].to_numpy(dtype=np.float64) / 1e9
+        frame = frame[(t >= lo) & (t <= hi)].reset_index(drop=True)
+        value, bound = censored.quantile(censored.ttft_rows(frame, scn.run.timeout).select(), 0.99)
+        if np.isfinite(value) and not bound:
+            out[tenant] = value
+    return out
 
 
 def target_warnings(info: dict[str, Any]) -> list[str]:

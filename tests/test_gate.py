@@ -39,21 +39,21 @@ RULES = parse_rules(
 def summary(
     p99: float, ci: tuple[float, float], attainment: float, jain: float, valid: bool = True
 ) -> dict[str, Any]:
+    """A hand-made summary.json (schema 2: figures under `metrics`, as the registry names them)."""
+    entry = lambda v, **kw: {"value": v, "lower_bound": False, **kw}  # noqa: E731
     return {
-        "schema_version": 1,
+        "schema_version": 2,
         "scenario": "golden",
         "valid": valid,
         "invalid_reasons": [] if valid else ["generator fell behind: send lag p99 9 ms > 5 ms"],
-        "overall": {"goodput": {"requests_per_s": 12.5}},
-        "fairness": {"jain_slowdown": jain},
-        "slo_classes": {
-            "interactive": {
-                "slo_attainment": attainment,
-                "latency_ms": {"ttft": {"p99": p99}},
-                "latency_ci_ms": {
-                    "ttft": {"p99": {"value": p99, "ci_low": ci[0], "ci_high": ci[1], "n": 1000}}
-                },
-            }
+        "metrics": {
+            "overall": {"goodput": entry(12.5), "jain_slowdown": entry(jain)},
+            "class": {
+                "interactive": {
+                    "slo_attainment": entry(attainment),
+                    "ttft_p99": entry(p99, ci_low=ci[0], ci_high=ci[1], n=1000),
+                }
+            },
         },
     }
 
@@ -86,17 +86,49 @@ def test_a_baseline_of_another_scenario_blocks_the_gate() -> None:
     assert blocker is not None and "scenario" in blocker
 
 
-def test_a_missing_figure_is_an_error_with_a_hint() -> None:
-    results, blocker = evaluate(parse_rules({"rules": ["goodptu >= 1"]}), None, CASES["pass"])
+def test_an_unknown_metric_is_refused_before_anything_runs() -> None:
+    with pytest.raises(GateError) as info:
+        parse_rules({"rules": ["goodptu >= 1"]})
+    assert info.value.lines == ["rules[0]: unknown metric 'goodptu'; did you mean 'goodput'?"]
+
+
+def test_a_figure_the_run_lacks_is_an_error_with_a_hint() -> None:
+    rules = parse_rules({"rules": ["slo_attainment.class.interactiv >= 0.5"]})
+    results, blocker = evaluate(rules, None, CASES["pass"])
     assert exit_code(results, blocker) == 2
-    assert results[0].outcome == "error" and "did you mean goodput?" in results[0].detail
+    assert results[0].outcome == "error"
+    assert "did you mean slo_attainment.class.interactive?" in results[0].detail
+
+
+def test_a_lower_bound_never_passes_a_ceiling() -> None:
+    """p99 ≥ 3,000 ms (unfinished requests): it proves p99 >= 100, and cannot prove <= 5,000."""
+    cand = copy.deepcopy(CASES["pass"])
+    cand["metrics"]["class"]["interactive"]["ttft_p99"] = {
+        "value": 3000.0,
+        "lower_bound": True,
+        "ci_low": 3000.0,
+        "ci_high": None,
+    }
+    rules = parse_rules(
+        {
+            "rules": [
+                "ttft_p99.class.interactive >= 100",
+                "ttft_p99.interactive <= 5000",
+                "ttft_p99.class.interactive: no significant increase > 10%",
+            ]
+        }
+    )
+    results, _ = evaluate(rules, BASELINE, cand)
+    assert [r.outcome for r in results] == ["pass", "fail", "fail"]
+    assert "lower bound" in results[1].detail and results[1].candidate == "≥ 3000"
 
 
 @pytest.mark.parametrize(
     ("rule", "message"),
     [
-        ("jain >= high", "'high' is not a number"),
-        ("jain => 0.9", "cannot read 'jain => 0.9'"),
+        ("jain_slowdown >= high", "'high' is not a number"),
+        ("jain_slowdown => 0.9", "cannot read 'jain_slowdown => 0.9'"),
+        ("jain >= 0.9", "unknown metric 'jain'"),
         ("ttft_p99: no significant rise > 5%", "cannot read"),
         (42, "a rule is a string"),
     ],

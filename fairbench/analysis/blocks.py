@@ -1,4 +1,4 @@
-"""The analysis blocks of a summary: confidence intervals, drift, slowdown fairness, starvation.
+"""The analysis blocks of a summary: confidence intervals, drift, slowdown, starvation.
 
 Pure functions of a records frame (measurement window only) and the scenario.
 
@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fairbench.analysis import censored
 from fairbench.analysis import metrics as m
-from fairbench.analysis.fairness import service_difference, windowed_jain
-from fairbench.analysis.stats import quantile_ci, sample_quantile, trend_test
+from fairbench.analysis.fairness import service_difference
+from fairbench.analysis.stats import sample_quantile, trend_test
 from fairbench.workload.scenario import Scenario
 
 
@@ -46,85 +47,110 @@ def unloaded_ns(df: pd.DataFrame, scn: Scenario) -> tuple[np.ndarray, str]:
 
 
 def slowdown_block(df: pd.DataFrame, scn: Scenario) -> dict[str, Any]:
-    ok = df[df["status"] == "ok"]
-    base, basis = unloaded_ns(ok, scn)
-    slow = m.e2e_ns(ok) / base
-    tenants = ok["tenant"].to_numpy()
-    per = {t: float(np.nanmean(slow[tenants == t])) for t in sorted(set(tenants))}
-    values = np.array([v for v in per.values() if math.isfinite(v)])
+    """Mean slowdown per tenant (E2E ÷ E2E alone; an unfinished request enters with its E2E so
+    far) and, per class, the slowest tenant's mean E2E ÷ the fastest's. The run's
+    worst_slowdown_ratio and jain_slowdown come from the registry, on the same definition."""
+    obs = censored.e2e_rows(df, scn.run.timeout)
+    base, basis = unloaded_ns(df, scn)
+    slow = obs.time / np.maximum(base, 1.0)
+    tenants = df["tenant"].to_numpy()
+    classes = df["slo_class"].to_numpy()
+    sel = obs.eligible
+    per = {
+        t: float(slow[sel & (tenants == t)].mean())
+        for t in sorted(set(tenants[sel]))
+        if (sel & (tenants == t)).any()
+    }
     within_class: dict[str, float | None] = {}
-    classes = ok["slo_class"].to_numpy()
-    e2e = m.e2e_ns(ok)
-    for cls in sorted(set(classes)):
-        rows = classes == cls
-        means = [np.nanmean(e2e[rows & (tenants == t)]) for t in set(tenants[rows])]
+    for cls in sorted(set(classes[sel])):
+        rows = sel & (classes == cls)
+        means = [obs.time[rows & (tenants == t)].mean() for t in set(tenants[rows])]
         means = [x for x in means if math.isfinite(x) and x > 0]
         within_class[cls] = float(max(means) / min(means)) if len(means) > 1 else None
     return {
         "slowdown_basis": basis,
         "mean_slowdown": per,
-        "jain_slowdown": m.jain(values) if len(values) else None,
-        "worst_slowdown_ratio": float(values.max() / values.min())
-        if len(values) > 1 and values.min() > 0
-        else None,
         "worst_latency_ratio_within_class": within_class,
     }
 
 
 def starvation_block(df: pd.DataFrame, scn: Scenario, k: float = 10.0) -> dict[str, Any]:
-    """Requests whose first response took over k × their class's TTFT SLO, or never came."""
-    ttft = m.ttft_ns(df)
+    """Per tenant, admitted requests of classes with a TTFT SLO whose first response took over
+    k × that SLO (`starved`) or never came (`never_served`: timed out, cancelled, failed).
+    Rejected requests are not here: they are the rejected share."""
+    obs = censored.ttft_rows(df, scn.run.timeout)
+    slo = np.array(
+        [
+            (scn.slo_classes[c].ttft if c in scn.slo_classes else None) or np.nan
+            for c in df["slo_class"]
+        ],
+        dtype=float,
+    )
+    has = obs.eligible & np.isfinite(slo)
     out: dict[str, dict[str, int]] = {}
-    for tenant in sorted(set(df["tenant"])):
-        rows = (df["tenant"] == tenant).to_numpy()
-        never = int(((df["status"] != "ok") & (df["status"] != "rejected")).to_numpy()[rows].sum())
-        late = 0
-        for cls, slo in scn.slo_classes.items():
-            if slo.ttft is None:
-                continue
-            sel = rows & (df["slo_class"] == cls).to_numpy()
-            late += int((ttft[sel] > k * slo.ttft * 1e9).sum())
+    tenants = df["tenant"].to_numpy()
+    for tenant in sorted(set(tenants)):
+        rows = has & (tenants == tenant)
+        never = int((rows & ~obs.observed).sum())
+        late = int((rows & obs.observed & (obs.time > k * slo * 1e9)).sum())
         out[tenant] = {"starved": late, "never_served": never}
     return {"k_times_slo": k, "tenants": out}
 
 
 def drift_block(df: pd.DataFrame, window_s: float, step_s: float, seed: int = 0) -> dict[str, Any]:
-    """TTFT p99 per rolling window; drift of the last window against the first, with a CI from
-    the exact bootstrap distributions of both quantiles; Kendall's trend test over the series."""
-    ok = df[df["status"] == "ok"]
-    t = ok["t_intended_ns"].to_numpy(dtype=float) / 1e9
-    ttft = m.ttft_ns(ok)
+    """TTFT p99 per rolling window (censored: unfinished requests count); drift of the last
+    window against the first, with a CI from the exact bootstrap distributions of both
+    quantiles where neither window has unfinished requests; Kendall's trend test over the
+    series. Each window is a slice of the requests sorted by intended time: O(n log n)."""
+    obs = censored.ttft_rows(df, None)
+    sel = obs.eligible
+    order = np.argsort(df["t_intended_ns"].to_numpy(dtype=float)[sel], kind="stable")
+    t = df["t_intended_ns"].to_numpy(dtype=float)[sel][order] / 1e9
+    times, seen = obs.time[sel][order], obs.observed[sel][order]
     if not len(t):
         return {"windows": [], "drift": None}
-    starts = np.arange(t.min(), max(t.max() - window_s, t.min()) + 1e-9, step_s)
+    starts = np.arange(t[0], max(t[-1] - window_s, t[0]) + 1e-9, step_s)
+    lo_idx = np.searchsorted(t, starts, side="left")
+    hi_idx = np.searchsorted(t, starts + window_s, side="left")
     series = []
-    samples = []
-    for lo in starts:
-        sel = (t >= lo) & (t < lo + window_s) & np.isfinite(ttft)
-        samples.append(ttft[sel])
-        est = quantile_ci(ttft[sel], 0.99)
+    windows = []
+    for lo, a, b in zip(starts, lo_idx, hi_idx, strict=True):
+        w = censored.Observations(times[a:b], seen[a:b])
+        windows.append(w)
+        value, bound = censored.quantile(w, 0.99)
         series.append(
             {
                 "start_s": round(float(lo), 3),
-                "n": int(sel.sum()),
-                "p99_ms": None if est.n == 0 else round(est.value / 1e6, 4),
+                "n": int(b - a),
+                "p99_ms": None if not len(w) else round(value / 1e6, 4),
+                "lower_bound": bound,
             }
         )
     out: dict[str, Any] = {"window_s": window_s, "step_s": step_s, "windows": series}
-    if len(samples) >= 2 and len(samples[0]) >= 20 and len(samples[-1]) >= 20:
-        rng = np.random.default_rng(seed)
-        first = sample_quantile(samples[0], 0.99, 2000, rng)
-        last = sample_quantile(samples[-1], 0.99, 2000, rng)
-        point = np.quantile(samples[-1], 0.99) / np.quantile(samples[0], 0.99) - 1
-        ratio = last / first - 1
+    first, last = (windows[0], windows[-1]) if len(windows) >= 2 else (None, None)
+    if first is not None and last is not None and len(first) >= 20 and len(last) >= 20:
+        a_val, a_bound = censored.quantile(first, 0.99)
+        b_val, b_bound = censored.quantile(last, 0.99)
         tau, p = trend_test(starts, np.array([s["p99_ms"] or np.nan for s in series], dtype=float))
-        out["drift"] = {
-            "relative": float(point),
-            "ci_low": float(np.quantile(ratio, 0.025)),
-            "ci_high": float(np.quantile(ratio, 0.975)),
+        drift: dict[str, Any] = {
+            "relative": float(b_val / a_val - 1) if a_val > 0 else None,
+            "lower_bound": b_bound and not a_bound,
+            "ci_low": None,
+            "ci_high": None,
             "trend_tau": tau,
             "trend_p": p,
         }
+        if first.unfinished == 0 and last.unfinished == 0 and a_val > 0:
+            rng = np.random.default_rng(seed)
+            ratio = (
+                sample_quantile(last.time, 0.99, 2000, rng)
+                / sample_quantile(first.time, 0.99, 2000, rng)
+                - 1
+            )
+            point = drift["relative"]
+            drift["ci_low"] = min(float(np.quantile(ratio, 0.025)), point)
+            drift["ci_high"] = max(float(np.quantile(ratio, 0.975)), point)
+        out["drift"] = drift if not a_bound else None
     else:
         out["drift"] = None
     return out
@@ -157,74 +183,44 @@ def queue_depth_block(df: pd.DataFrame, step_s: float = 1.0) -> dict[str, Any]:
 
 
 def fairness_over_time(df: pd.DataFrame, scn: Scenario, window_s: float) -> dict[str, Any]:
+    """The VTC artifact's service-difference table (max / mean / variance over 19 ticks), for
+    comparison with the paper. It spreads service over each served request and compares it with
+    demand in the same window; the headline `service_difference` counts only backlogged time."""
     served = df[(df["status"] == "ok") & df["t_first_token_ns"].notna()]
     t0 = df["t_intended_ns"].min() / 1e9 if len(df) else 0.0
     if not len(served):
-        return {"service_difference": None, "jain_windows": None}
+        return {"vtc_service_difference": None}
     arrival = served["t_intended_ns"].to_numpy(dtype=float) / 1e9 - t0
     start = served["t_first_token_ns"].to_numpy(dtype=float) / 1e9 - t0
     end = served["t_done_ns"].to_numpy(dtype=float) / 1e9 - t0
     cost = m.service_tokens(served)
     client = served["tenant"].to_numpy()
     span = float(end.max()) if len(end) else 0.0
-    weights = {t.id: t.weight for t in scn.tenants}
-    out: dict[str, Any] = {}
-    if span > 2 * window_s:
-        sd = service_difference(
-            client, arrival, start, end, cost, span, warmup_s=0.0, window_s=window_s, min_end_s=0.0
-        )
-        out["service_difference"] = {
+    if span <= 2 * window_s:
+        return {"vtc_service_difference": None}
+    sd = service_difference(
+        client, arrival, start, end, cost, span, warmup_s=0.0, window_s=window_s, min_end_s=0.0
+    )
+    return {
+        "vtc_service_difference": {
             "max": sd.max,
             "mean": sd.mean,
             "var": sd.var,
             "window_s": window_s,
         }
-    else:
-        out["service_difference"] = None
-    out["max_service_gap"] = accumulated_service_gap(client, start, end, cost, weights, span)
-    _, jw = windowed_jain(client, start, end, cost, weights, 0.0, span, window_s)
-    finite = jw[np.isfinite(jw)]
-    out["jain_windows"] = {
-        "window_s": window_s,
-        "min": float(finite.min()) if len(finite) else None,
-        "median": float(np.median(finite)) if len(finite) else None,
-        "values": [None if not math.isfinite(x) else round(float(x), 4) for x in jw],
     }
-    return out
 
 
-def accumulated_service_gap(
-    client: np.ndarray,
-    start: np.ndarray,
-    end: np.ndarray,
-    cost: np.ndarray,
-    weights: dict[str, float],
-    span: float,
-    step_s: float = 1.0,
-) -> float | None:
-    """VTC's accumulated gap: the largest, over time, of max − min cumulative weighted service
-    among tenants (cost units). Service is spread uniformly over each request's service
-    interval; sampled every `step_s`."""
-    names, code = np.unique(client, return_inverse=True)
-    if len(names) < 2 or span <= 0:
-        return None
-    weight = np.array([weights.get(str(n), 1.0) for n in names])
-    grid = np.arange(0.0, span + step_s, step_s)
-    rate = cost / np.maximum(end - start, 1e-9)
-    cumulative = np.zeros((len(grid), len(names)))
-    for k, t in enumerate(grid):
-        done = np.clip(np.minimum(end, t) - start, 0.0, None) * rate
-        cumulative[k] = np.bincount(code, done, minlength=len(names)) / weight
-    return float((cumulative.max(axis=1) - cumulative.min(axis=1)).max())
-
-
-def latency_cis(df: pd.DataFrame) -> dict[str, Any]:
-    """p50/p90/p99 of TTFT, TPOT and E2E with exact bootstrap 95% intervals, in ms."""
-    ok = df[df["status"] == "ok"]
+def latency_cis(
+    latencies: dict[str, censored.RowObservations], rows: np.ndarray | None
+) -> dict[str, Any]:
+    """p50/p90/p99 of TTFT, TPOT and E2E with 95% intervals, in ms, on the censored
+    definition (fairbench.analysis.censored): the point always lies inside its interval."""
     out: dict[str, Any] = {}
-    for name, fn in (("ttft", m.ttft_ns), ("tpot", m.tpot_ns), ("e2e", m.e2e_ns)):
-        values = fn(ok)
+    for name in ("ttft", "tpot", "e2e"):
+        obs = latencies[name].select(rows)
         out[name] = {
-            f"p{int(q * 100)}": quantile_ci(values, q).as_dict(scale=1e-6) for q in (0.5, 0.9, 0.99)
+            f"p{int(q * 100)}": censored.quantile_estimate(obs, q).as_dict(scale=1e-6)
+            for q in (0.5, 0.9, 0.99)
         }
     return out

@@ -109,3 +109,152 @@ def windowed_jain(
         active = got > 0
         values.append(jain(got[active] / weight[active]) if active.any() else np.nan)
     return edges, np.array(values)
+
+
+# ---------------------------------------------------------------- fairness among the backlogged
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Every tenant's cumulative weighted service and backlog on one set of breakpoints.
+
+    `service[i, k]` is tenant i's service up to `edges[k]` divided by its weight (cost units:
+    a request's cost spread uniformly over its service interval, first response to end);
+    `backlogged[i, k]` says tenant i had a request waiting — arrived, no first response yet —
+    throughout the segment [edges[k], edges[k + 1]). Built in O(n log n); every figure below
+    reads it in O(segments) or O(windows)."""
+
+    tenants: tuple[str, ...]
+    edges: np.ndarray
+    service: np.ndarray
+    backlogged: np.ndarray
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.edges)
+
+
+def build_timeline(
+    client: np.ndarray,
+    weights: dict[str, float],
+    arrival_s: np.ndarray,
+    wait_end_s: np.ndarray,
+    start_s: np.ndarray,
+    end_s: np.ndarray,
+    cost: np.ndarray,
+    extra_edges: np.ndarray | None = None,
+) -> Timeline:
+    """`wait_end_s`: when each request stopped waiting (its first response, or when it was last
+    seen if none came); NaN for requests that never waited (rejected)."""
+    names = tuple(sorted(str(c) for c in set(client.tolist())))
+    code = np.searchsorted(np.array(names), client.astype(str))
+    parts = [arrival_s, wait_end_s, start_s, end_s]
+    if extra_edges is not None:
+        parts.append(extra_edges)
+    allv = np.concatenate(parts)
+    edges = np.unique(allv[np.isfinite(allv)])
+    k = len(edges)
+    service = np.zeros((len(names), k))
+    backlogged = np.zeros((len(names), max(k - 1, 0)), dtype=bool)
+    if k == 0:
+        return Timeline(names, edges, service, backlogged)
+    lengths = np.diff(edges)
+    served = (cost > 0) & np.isfinite(start_s) & np.isfinite(end_s)
+    waits = np.isfinite(wait_end_s) & np.isfinite(arrival_s) & (wait_end_s > arrival_s)
+    for i, name in enumerate(names):
+        mine = code == i
+        w = float(weights.get(name, 1.0))
+        sel = mine & served
+        s_idx = np.searchsorted(edges, start_s[sel])
+        e_idx = np.searchsorted(edges, end_s[sel])
+        span = end_s[sel] - start_s[sel]
+        spread = span > 0
+        rate = np.where(spread, cost[sel] / np.where(spread, span, 1.0), 0.0)
+        delta = np.bincount(s_idx, rate, k) - np.bincount(e_idx, rate, k)
+        jumps = np.bincount(e_idx[~spread], cost[sel][~spread], k)
+        integral = np.concatenate([[0.0], np.cumsum(np.cumsum(delta)[:-1] * lengths)])
+        service[i] = (integral + np.cumsum(jumps)) / w
+        sel = mine & waits
+        count = np.bincount(np.searchsorted(edges, arrival_s[sel]), minlength=k) - np.bincount(
+            np.searchsorted(edges, wait_end_s[sel]), minlength=k
+        )
+        backlogged[i] = np.cumsum(count)[:-1] > 0
+    return Timeline(names, edges, service, backlogged)
+
+
+@dataclass(frozen=True)
+class BackloggedDifference:
+    """The largest weighted service difference between two tenants over an interval in which
+    both were continuously backlogged (cost units), the pair, and the time both were."""
+
+    max: float | None
+    pair: tuple[str, str] | None
+    both_backlogged_s: float
+
+
+def backlogged_service_difference(tl: Timeline) -> BackloggedDifference:
+    """max over tenant pairs (f, g) and intervals [t1, t2] in which both are backlogged of
+    |W_f(t1, t2)/w_f − W_g(t1, t2)/w_g|.
+
+    This is the quantity VTC bounds (Sheng et al., "Fairness in Serving Large Language Models",
+    OSDI 2024, Theorem 4.2: ≤ 2·max(w_p·L_input, w_q·M) for backlogged clients): a fair
+    scheduler keeps it small and bounded however long the run, while FIFO lets it grow with the
+    length of any period in which a heavy tenant's backlog is served ahead of a light one's.
+    Unlike the whole-run demand gap, it counts only time in which both tenants wanted service.
+    Within one both-backlogged period the difference D(t) is piecewise linear, so the largest
+    |D(t2) − D(t1)| is its range over the period's breakpoints."""
+    best: float | None = None
+    pair: tuple[str, str] | None = None
+    both_total = 0.0
+    inc = np.diff(tl.service, axis=1)
+    lengths = tl.lengths
+    n = len(tl.tenants)
+    for f in range(n):
+        for g in range(f + 1, n):
+            m = tl.backlogged[f] & tl.backlogged[g]
+            if not m.any():
+                continue
+            both_total = max(both_total, float(lengths[m].sum()))
+            c = np.cumsum(np.where(m, inc[f] - inc[g], 0.0))
+            idx = np.flatnonzero(m)
+            first = np.concatenate([[True], np.diff(idx) > 1])
+            pos = np.flatnonzero(first)
+            cc = c[idx]
+            before = np.where(idx[pos] > 0, c[np.maximum(idx[pos] - 1, 0)], 0.0)
+            hi = np.maximum(np.maximum.reduceat(cc, pos), before)
+            lo = np.minimum(np.minimum.reduceat(cc, pos), before)
+            worst = float((hi - lo).max())
+            if best is None or worst > best:
+                best, pair = worst, (tl.tenants[f], tl.tenants[g])
+    return BackloggedDifference(best, pair, both_total)
+
+
+def backlogged_jain(
+    tl: Timeline, t0: float, t1: float, window_s: float, min_backlogged: float = 0.5
+) -> tuple[np.ndarray, np.ndarray]:
+    """Jain's index, per window, of weighted service over the tenants backlogged for at least
+    `min_backlogged` of that window; NaN where fewer than two were (no contention, nothing to be
+    fair about). Jain, Chiu and Hawe, DEC-TR-301 (1984): (Σx)²/(n·Σx²), 1 when equal, 1/n when
+    one takes all. Counting only the backlogged is what makes it fail: a tenant that asked for
+    little is not starved by being served little, but one that waited while another was served
+    is. Cost O(segments + windows) per tenant."""
+    starts = np.arange(t0, t1, window_s) if t1 > t0 else np.zeros(0)
+    if not len(starts) or not len(tl.edges):
+        return starts, np.full(len(starts), np.nan)
+    ends = np.minimum(starts + window_s, t1)
+    held = np.concatenate(
+        [np.zeros((len(tl.tenants), 1)), np.cumsum(tl.backlogged * tl.lengths, axis=1)], axis=1
+    )
+
+    def at(values: np.ndarray, x: np.ndarray) -> np.ndarray:
+        return np.stack([np.interp(x, tl.edges, row) for row in values])
+
+    got = at(tl.service, ends) - at(tl.service, starts)
+    waited = at(held, ends) - at(held, starts)
+    include = waited >= min_backlogged * (ends - starts)
+    values = np.full(len(starts), np.nan)
+    for w in range(len(starts)):
+        sel = include[:, w]
+        if sel.sum() >= 2:
+            values[w] = jain(got[sel, w])
+    return starts, values

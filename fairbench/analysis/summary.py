@@ -10,6 +10,16 @@ Schema history (`SUMMARY_SCHEMA_VERSION`):
       latency_ci_ms in every group (exact bootstrap CIs of p50/p90/p99), and a per-workload
       block beside tenants and classes.
 
+  2 — latencies count every admitted request: unfinished ones are right-censored
+      (fairbench.analysis.censored), percentiles are Kaplan–Meier estimates, and a percentile
+      that falls in censored mass is a lower bound (`latency_ms.<m>.lower_bound` lists them);
+      `metrics`: every figure of the registry (fairbench.analysis.registry) per group, with
+      its interval; `completion`: the unfinished share against the run's limit; fairness:
+      `service_difference` is the backlogged service difference (VTC's bounded quantity),
+      `jain_windows` Jain's index among backlogged tenants per window, `isolation` per tenant,
+      `vtc_service_difference` the VTC artifact's table; `max_service_gap` is gone (it was the
+      final demand difference, the same for every policy).
+
 Requests are counted in the measurement window: intended time in [warmup, duration − cooldown].
 Throughput divides by the window's length. A run marked INVALID stays INVALID in every output.
 """
@@ -22,6 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fairbench.analysis import censored, fairness
 from fairbench.analysis import metrics as m
 from fairbench.analysis.blocks import (
     drift_block,
@@ -30,19 +41,43 @@ from fairbench.analysis.blocks import (
     queue_depth_block,
     slowdown_block,
     starvation_block,
+    unloaded_ns,
 )
+from fairbench.analysis.columns import Cols
+from fairbench.analysis.registry import metrics_block
 from fairbench.run.records import STATUSES
 from fairbench.workload.scenario import Scenario
 
-SUMMARY_SCHEMA_VERSION = 1
-_LATENCIES = {
-    "ttft": m.ttft_ns,
-    "ttft_sent": m.ttft_sent_ns,
-    "tpot": m.tpot_ns,
-    "itl_max": m.itl_max_ns,
-    "e2e": m.e2e_ns,
-    "e2e_sent": m.e2e_sent_ns,
-}
+SUMMARY_SCHEMA_VERSION = 2
+_PERCENTILES = (0.50, 0.90, 0.95, 0.99, 0.999)
+
+
+def _latencies(df: pd.DataFrame, timeout_s: float | None) -> dict[str, censored.RowObservations]:
+    return {
+        "ttft": censored.ttft_rows(df, timeout_s),
+        "ttft_sent": censored.ttft_rows(df, timeout_s, sent=True),
+        "tpot": censored.tpot_rows(df, timeout_s),
+        "itl_max": censored.itl_max_rows(df, timeout_s),
+        "e2e": censored.e2e_rows(df, timeout_s),
+        "e2e_sent": censored.e2e_rows(df, timeout_s, sent=True),
+    }
+
+
+def latency_percentiles(obs: censored.Observations) -> dict[str, Any]:
+    """p50 … p99.9 in ms (Kaplan–Meier; see fairbench.analysis.censored), how many were
+    unfinished, and which percentiles are only lower bounds."""
+    out: dict[str, Any] = {}
+    bounds = []
+    for q in _PERCENTILES:
+        value, bound = censored.quantile(obs, q)
+        key = f"p{q * 100:g}"
+        out[key] = None if not np.isfinite(value) else round(value / 1e6, 4)
+        if bound:
+            bounds.append(key)
+    out["n"] = len(obs)
+    out["unfinished"] = obs.unfinished
+    out["lower_bound"] = bounds
+    return out
 
 
 def measurement_window(scn: Scenario, plan_span_s: float) -> tuple[float, float]:
@@ -60,12 +95,20 @@ def _ms(values: dict[str, float | None]) -> dict[str, float | None]:
     return {k: (None if v is None else round(v / 1e6, 4)) for k, v in values.items()}
 
 
-def group_block(df: pd.DataFrame, met: np.ndarray, window_s: float) -> dict[str, Any]:
+def group_block(
+    df: pd.DataFrame,
+    met: np.ndarray,
+    window_s: float,
+    latencies: Mapping[str, censored.RowObservations],
+    rows: np.ndarray | None = None,
+) -> dict[str, Any]:
     counts = {s: int((df["status"] == s).sum()) for s in STATUSES}
     ok = (df["status"] == "ok").to_numpy()
     block: dict[str, Any] = {"requests": len(df), "counts": counts}
     ok_df = df[ok]
-    block["latency_ms"] = {name: _ms(m.percentiles(fn(ok_df))) for name, fn in _LATENCIES.items()}
+    block["latency_ms"] = {
+        name: latency_percentiles(obs.select(rows)) for name, obs in latencies.items()
+    }
     queue = ok_df["queue_time_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
     block["latency_ms"]["queue"] = _ms(m.percentiles(queue))
     out_tokens = float(ok_df["output_tokens"].sum())
@@ -81,6 +124,7 @@ def group_block(df: pd.DataFrame, met: np.ndarray, window_s: float) -> dict[str,
         else None,
     }
     block["slo_attainment"] = float(good / len(df)) if len(df) else None
+    block["rejected_share"] = counts["rejected"] / len(df) if len(df) else None
     return block
 
 
@@ -116,6 +160,71 @@ def fairness_block(df: pd.DataFrame, weights: Mapping[str, float]) -> dict[str, 
     }
 
 
+def completion_block(df: pd.DataFrame, limit: float) -> dict[str, Any]:
+    """How much of the window never finished, against the run's limit: a tail computed with
+    many unfinished requests is mostly bounds, and the run says so beside VALID/INVALID."""
+    status = df["status"].to_numpy()
+    unfinished = int(((status == "timeout") | (status == "cancelled")).sum())
+    share = unfinished / len(df) if len(df) else 0.0
+    within = share <= limit
+    line = (
+        f"{unfinished} of {len(df)} requests in the window unfinished ({share:.1%}; limit "
+        f"{limit:.1%})"
+    )
+    return {"unfinished": unfinished, "share": share, "limit": limit, "ok": within, "line": line}
+
+
+def _timeline(df: pd.DataFrame, scn: Scenario, timeout_s: float | None) -> fairness.Timeline:
+    col = lambda name: df[name].to_numpy(dtype=np.float64, na_value=np.nan)  # noqa: E731
+    ok = (df["status"] == "ok").to_numpy()
+    seen = censored.last_seen_ns(df, timeout_s)
+    first = np.where(
+        np.isnan(col("t_first_token_ns")),
+        np.where(ok, col("t_done_ns"), np.nan),
+        col("t_first_token_ns"),
+    )
+    admitted = censored.admitted(df)
+    wait_end = np.where(admitted, np.where(np.isnan(first), seen, first), np.nan)
+    end = np.where(ok, col("t_done_ns"), seen)
+    return fairness.build_timeline(
+        df["tenant"].to_numpy().astype(str),
+        {t.id: t.weight for t in scn.tenants},
+        col("t_intended_ns") / 1e9,
+        wait_end / 1e9,
+        first / 1e9,
+        end / 1e9,
+        m.service_tokens(df),
+    )
+
+
+def backlogged_fairness(
+    df: pd.DataFrame, scn: Scenario, start: float, end: float, window_s: float
+) -> dict[str, Any]:
+    """The timeline fairness figures: the backlogged service difference and Jain's index among
+    backlogged tenants per window (fairbench.analysis.fairness)."""
+    tl = _timeline(df, scn, scn.run.timeout)
+    sd = fairness.backlogged_service_difference(tl)
+    _, values = fairness.backlogged_jain(tl, start, end, window_s)
+    finite = values[np.isfinite(values)]
+    return {
+        "service_difference": {
+            "max": sd.max,
+            "pair": list(sd.pair) if sd.pair else None,
+            "both_backlogged_s": sd.both_backlogged_s,
+            "unit": "tokens (1·prompt + 2·output, ÷ weight)",
+        },
+        "jain_windows": {
+            "window_s": window_s,
+            "start_s": float(start),
+            "contended": len(finite),
+            "mean": float(finite.mean()) if len(finite) else None,
+            "min": float(finite.min()) if len(finite) else None,
+            "median": float(np.median(finite)) if len(finite) else None,
+            "values": [None if not np.isfinite(x) else round(float(x), 4) for x in values],
+        },
+    }
+
+
 def build_summary(
     records: pd.DataFrame,
     scn: Scenario,
@@ -125,12 +234,17 @@ def build_summary(
     health: Mapping[str, Any],
     accounting: Mapping[str, Any],
     closed_loop: bool = False,
+    solo_ttft_p99_ns: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
+    """summary.json from a run's records. `solo_ttft_p99_ns`: each tenant's TTFT p99 when its
+    requests run alone (the isolation figure's solo arm), where the caller could measure it."""
     start, end = measurement_window(scn, plan_span_s)
     t = records["t_intended_ns"].to_numpy(dtype=np.float64) / 1e9
     df = records[(t >= start) & (t <= end)].reset_index(drop=True)
     window = end - start
+    timeout_s = scn.run.timeout
     met = m.slo_met(df, slo_table(scn)) if len(df) else np.zeros(0, dtype=bool)
+    latencies = _latencies(df, timeout_s)
     reasons = list(health.get("invalid_reasons", []))
     if not accounting.get("holds", False):
         reasons.append(f"accounting broken: {accounting.get('line')}")
@@ -145,7 +259,8 @@ def build_summary(
         "closed_loop": closed_loop,
         "accounting": dict(accounting),
         "generator_health": dict(health),
-        "overall": group_block(df, met, window),
+        "completion": completion_block(df, scn.run.max_unfinished),
+        "overall": group_block(df, met, window, latencies),
         "tenants": {},
         "slo_classes": {},
     }
@@ -159,17 +274,52 @@ def build_summary(
         for name in sorted(set(values)):
             rows = values == name
             group = df[rows].reset_index(drop=True)
-            summary[key][name] = group_block(group, met[rows], window)
-            summary[key][name]["latency_ci_ms"] = latency_cis(group)
+            summary[key][name] = group_block(group, met[rows], window, latencies, rows)
+            summary[key][name]["latency_ci_ms"] = latency_cis(latencies, rows)
     summary["fairness"] = fairness_block(df, {t.id: t.weight for t in scn.tenants})
+    names = {
+        "tenant": [t.id for t in scn.tenants],
+        "class": list(scn.slo_classes),
+        "workload": list(scn.workloads),
+    }
+    window_s = max(10.0, min(60.0, window / 10)) if window > 0 else 10.0
+    timeline: dict[str, float | None] = {}
     if len(df):
         summary["fairness"].update(slowdown_block(df, scn))
         summary["fairness"]["starvation"] = starvation_block(df, scn)
-        window_s = max(10.0, min(60.0, window / 10)) if window > 0 else 10.0
         summary["fairness"].update(fairness_over_time(df, scn, window_s))
-        summary["overall"]["latency_ci_ms"] = latency_cis(df)
+        summary["fairness"].update(backlogged_fairness(df, scn, start, end, window_s))
+        summary["overall"]["latency_ci_ms"] = latency_cis(latencies, None)
         summary["drift"] = {
             "ttft_p99": drift_block(df, window_s, window_s / 2),
             "queue_depth": queue_depth_block(df),
         }
+        jw = summary["fairness"]["jain_windows"]
+        timeline = {
+            "service_difference": summary["fairness"]["service_difference"]["max"],
+            "jain_backlogged": jw["mean"],
+            "jain_backlogged_min": jw["min"],
+        }
+    cols = Cols.of(
+        df,
+        slos=slo_table(scn),
+        classes=names["class"],
+        tenants=names["tenant"],
+        workloads=names["workload"],
+        window_s=window,
+        timeout_s=timeout_s,
+        unloaded_ns=unloaded_ns(df, scn)[0] if len(df) else np.zeros(0),
+        solo_ttft_p99_ns=solo_ttft_p99_ns,
+    )
+    summary["metrics"] = metrics_block(cols, names, timeline)
+    summary["fairness"]["solo_ttft_p99_ms"] = {
+        t: round(v / 1e6, 4) for t, v in (solo_ttft_p99_ns or {}).items()
+    }
+    iso = summary["metrics"]["tenant"]
+    summary["fairness"]["isolation"] = {
+        tenant: iso.get(tenant, {}).get("isolation", {}).get("value") for tenant in names["tenant"]
+    }
+    overall = summary["metrics"]["overall"]
+    for name in ("worst_slowdown_ratio", "jain_slowdown"):
+        summary["fairness"][name] = overall[name]["value"]
     return summary

@@ -1,244 +1,156 @@
-"""Paired A/B comparison of runs that replayed the same plan.
+"""Paired A/B comparison of runs that replayed the same plan, a row per metric and group.
 
 Pairing: A and B replayed the same Plan (identical digests — checked; otherwise we refuse and
 name the difference), so request i is the same request in both, and differences come from the
-scheduler. With one or more (A, B) pairs, each pair's request timeline is cut into blocks of
-`block_s` seconds (load is correlated in time, so requests are not independent: blocks keep that
-correlation), blocks are resampled with replacement — the same blocks for A and B — and each
-metric's B − A difference is recomputed per draw, averaged over pairs. The percentile interval of
-the relative difference and a two-sided bootstrap p-value follow.
+scheduler. Every figure is the registry's (fairbench.analysis.registry), computed by the same
+function the summary uses, for the run overall and for each class and tenant.
 
-Verdict per metric: `better` or `worse` when the interval excludes 0 *and* the change exceeds the
-metric's practical threshold; otherwise `no significant change`. A run that is INVALID, a metric
-that cannot be computed, or metadata that differ yield a refusal or `cannot evaluate` — never a
-significant result (STYLE.md: never fail open).
+The design follows what the runs can show:
+- **k ≥ 2 pairs**: the interval is the hull of a hierarchical bootstrap (pairs, then time
+  blocks within each drawn pair) and a Student-t interval over the k per-pair changes. The
+  bootstrap alone is anti-conservative with few pairs (with 3 pairs its percentile interval is
+  about [min, max] of three changes, which excludes zero a quarter of the time under A/A); the
+  t interval with k − 1 degrees of freedom is what keeps A/A at ≤ 5%.
+- **one pair of a deterministic target** (`sim` without step noise): the plan is the only
+  source of variation, and a block bootstrap over time windows of the pair (the same blocks
+  for A and B) estimates it.
+- **one pair of anything else**: run-to-run noise (engine drift, warm-up, a neighbour on the
+  machine) is invisible from one pair — three back-to-back runs of one plan on one vLLM gave
+  interactive TTFT p99 of 12.1, 3.1 and 2.1 s — so the verdict is `inconclusive`, with the
+  values, the change and the within-run interval still shown.
+Timeline figures (service difference, Jain among the backlogged) cannot be resampled by
+request, so they take the t interval over pairs and need k ≥ 2.
+
+A quantile that is only a lower bound (unfinished requests; fairbench.analysis.censored) is
+compared as one: B's bound above A's value (past the threshold and A's interval) is `worse`,
+A's above B's is `better`, anything else `cannot evaluate` — a censored tail never wins.
+
+Verdict per row: `better` or `worse` when the interval excludes 0 *and* the change exceeds the
+metric's practical threshold (printed with each row); otherwise `no significant change`. An
+INVALID run, a metric that cannot be computed, or metadata that differ yield a refusal or
+`cannot evaluate` — never a significant result.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy import stats as sps
 
-from fairbench.analysis import metrics as m
+from fairbench.analysis import censored, registry
+from fairbench.analysis.blocks import unloaded_ns
+from fairbench.analysis.columns import Cols
+from fairbench.analysis.registry import Metric, Name
 
 CHECKED_METADATA = ("plan_digest", "scenario", "schema_version")
+
+# Rows compared by default: the headline set per group, and a few more overall.
+OVERALL = (
+    "ttft_p99",
+    "ttft_p50",
+    "e2e_p99",
+    "tpot_p50",
+    "slo_attainment",
+    "goodput",
+    "rejected_share",
+    "unfinished_share",
+    "starved_share",
+    "isolation",
+    "service_difference",
+    "jain_backlogged",
+    "worst_slowdown_ratio",
+    "ttft_p99_drift",
+)
+PER_CLASS = ("ttft_p99", "e2e_p99", "slo_attainment", "throughput_share")
+PER_TENANT = ("ttft_p99", "e2e_p99", "slo_attainment", "throughput_share", "isolation")
 
 
 class CompareRefused(Exception):
     """The runs cannot be compared; the message says why."""
 
 
-class Cols:
-    """Per-request columns of one run as numpy arrays; `take` is one resample (cheap)."""
-
-    __slots__ = (
-        "cls",
-        "demand",
-        "done",
-        "e2e",
-        "met",
-        "ok",
-        "served",
-        "size",
-        "slo_ttft",
-        "start",
-        "t",
-        "tenant",
-        "tpot",
-        "ttft",
-    )
-
-    def __init__(self, **arrays: np.ndarray) -> None:
-        for name, value in arrays.items():
-            setattr(self, name, value)
-
-    @classmethod
-    def of(
-        cls_, df: pd.DataFrame, slos: dict[str, Any], classes: list[str], tenants: list[str]
-    ) -> Cols:
-        size = df["prompt_tokens"].to_numpy(dtype=float) + df["output_tokens"].to_numpy(float)
-        return cls_(
-            ok=(df["status"] == "ok").to_numpy(),
-            ttft=m.ttft_ns(df),
-            e2e=m.e2e_ns(df),
-            tpot=m.tpot_ns(df),
-            met=m.slo_met(df, slos),
-            cls=np.array([classes.index(c) for c in df["slo_class"]], dtype=np.int64),
-            tenant=np.array([tenants.index(t) for t in df["tenant"]], dtype=np.int64),
-            served=m.service_tokens(df),
-            demand=df["prompt_tokens"].to_numpy(dtype=float)
-            + 2.0 * df["max_tokens"].to_numpy(dtype=float),
-            size=np.maximum(size, 1.0),
-            t=df["t_intended_ns"].to_numpy(dtype=float),
-            start=df["t_first_token_ns"]
-            .fillna(df["t_done_ns"])
-            .to_numpy(dtype=float, na_value=np.nan),
-            done=df["t_done_ns"].to_numpy(dtype=float, na_value=np.nan),
-            slo_ttft=np.array(
-                [(slos.get(c) or {}).get("ttft") or np.nan for c in df["slo_class"]], dtype=float
-            )
-            * 1e9,
-        )
-
-    def take(self, idx: np.ndarray) -> Cols:
-        return Cols(**{name: getattr(self, name)[idx] for name in self.__slots__})
-
-
-@dataclass(frozen=True)
-class Metric:
-    """One comparable figure, computed on a (resampled) run."""
-
-    name: str
-    better: str  # "lower" | "higher"
-    threshold: float  # practical significance: relative change (or absolute, see `absolute`)
-    compute: Callable[[Cols], float]
-    absolute: bool = False  # threshold on the absolute difference (for shares in [0, 1])
-
-
-def _quantile(column: str, q: float, cls: int | None = None) -> Callable[[Cols], float]:
-    def compute(c: Cols) -> float:
-        keep = c.ok if cls is None else c.ok & (c.cls == cls)
-        values = getattr(c, column)[keep]
-        values = values[np.isfinite(values)]
-        return float(np.quantile(values, q)) if len(values) else math.nan
-
-    return compute
-
-
-def _attainment(cls: int | None) -> Callable[[Cols], float]:
-    def compute(c: Cols) -> float:
-        met = c.met if cls is None else c.met[c.cls == cls]
-        return float(met.mean()) if len(met) else math.nan
-
-    return compute
-
-
-def _jain_service(weights: np.ndarray) -> Callable[[Cols], float]:
-    """Jain over tenants of service ÷ weighted max-min fair share given demand."""
-
-    def compute(c: Cols) -> float:
-        got = np.bincount(c.tenant, c.served, minlength=len(weights))
-        want = np.bincount(c.tenant, c.demand, minlength=len(weights))
-        fair = m.water_fill(want, weights, got.sum())
-        present = fair > 0
-        return m.jain(got[present] / fair[present]) if present.any() else math.nan
-
-    return compute
-
-
-def _worst_slowdown(n_tenants: int) -> Callable[[Cols], float]:
-    """Slowest tenant's mean size-normalized E2E ÷ fastest tenant's: E2E per token of prompt +
-    output, so a tenant with long requests is not counted as slowed down."""
-
-    def compute(c: Cols) -> float:
-        keep = c.ok & np.isfinite(c.e2e)
-        norm = c.e2e[keep] / c.size[keep]
-        total = np.bincount(c.tenant[keep], norm, minlength=n_tenants)
-        count = np.bincount(c.tenant[keep], minlength=n_tenants)
-        per = total[count > 0] / count[count > 0]
-        return float(per.max() / per.min()) if len(per) > 1 and per.min() > 0 else math.nan
-
-    return compute
-
-
-def _ttft_p99_drift(c: Cols) -> float:
-    """p99 TTFT of the last fifth of the run (by intended time) ÷ that of the first fifth − 1:
-    compared between runs, whether B's tail degrades over time more than A's."""
-    keep = c.ok & np.isfinite(c.ttft)
-    t, v = c.t[keep], c.ttft[keep]
-    if len(t) < 50:
-        return math.nan
-    lo, hi = np.quantile(t, [0.2, 0.8])
-    first, last = v[t <= lo], v[t >= hi]
-    base = np.quantile(first, 0.99)
-    return float(np.quantile(last, 0.99) / base - 1) if base > 0 else math.nan
-
-
-def _starved_share(c: Cols) -> float:
-    """Share of requests whose first response took over 10× their class's TTFT SLO, or never
-    came (timeouts, errors): the starvation the issue lists among fairness measures."""
-    has_slo = np.isfinite(c.slo_ttft)
-    if not has_slo.any():
-        return math.nan
-    late = ~c.ok | (c.ttft > 10 * c.slo_ttft)
-    return float(late[has_slo].mean())
-
-
-def default_metrics(classes: list[str], weights: np.ndarray) -> list[Metric]:
-    out = [
-        Metric("ttft_p99", "lower", 0.05, _quantile("ttft", 0.99)),
-        Metric("ttft_p50", "lower", 0.05, _quantile("ttft", 0.50)),
-        Metric("e2e_p99", "lower", 0.05, _quantile("e2e", 0.99)),
-        Metric("tpot_p50", "lower", 0.05, _quantile("tpot", 0.50)),
-        Metric("slo_attainment", "higher", 0.01, _attainment(None), absolute=True),
-        Metric("jain_service", "higher", 0.02, _jain_service(weights), absolute=True),
-        Metric("starved_share", "lower", 0.01, _starved_share, absolute=True),
-        Metric("worst_slowdown_ratio", "lower", 0.05, _worst_slowdown(len(weights))),
-        Metric("ttft_p99_drift", "lower", 0.05, _ttft_p99_drift, absolute=True),
-    ]
-    for k, cls in enumerate(classes):
-        out.append(Metric(f"ttft_p99.{cls}", "lower", 0.05, _quantile("ttft", 0.99, k)))
-        out.append(Metric(f"slo_attainment.{cls}", "higher", 0.01, _attainment(k), absolute=True))
-    return out
-
-
 @dataclass
 class Verdict:
-    metric: str
+    metric: str  # the registry name with its group: ttft_p99.tenant.support-bot
     a: float
     b: float
-    diff: float  # relative (or absolute) B − A
+    diff: float  # relative (or absolute) B − A, mean over pairs
     ci_low: float
     ci_high: float
     p_value: float
-    verdict: str  # better | worse | no significant change | cannot evaluate
+    verdict: str  # better | worse | no significant change | inconclusive | cannot evaluate
     absolute: bool = False
+    threshold: float = math.nan
+    unit: str = ""
+    a_bound: bool = False
+    b_bound: bool = False
+    reason: str = ""
+    a_runs: list[float] = field(default_factory=list)
+    b_runs: list[float] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         clean = lambda v: None if not math.isfinite(v) else round(v, 6)  # noqa: E731
         return {
             "metric": self.metric,
+            "unit": self.unit,
             "a": clean(self.a),
             "b": clean(self.b),
+            "a_lower_bound": self.a_bound,
+            "b_lower_bound": self.b_bound,
             "change": clean(self.diff),
             "ci_low": clean(self.ci_low),
             "ci_high": clean(self.ci_high),
             "p_value": clean(self.p_value),
+            "threshold": clean(self.threshold),
             "verdict": self.verdict,
+            "reason": self.reason,
             "change_kind": "absolute" if self.absolute else "relative",
+            "a_runs": [clean(x) for x in self.a_runs],
+            "b_runs": [clean(x) for x in self.b_runs],
         }
 
 
 @dataclass
 class Comparison:
     pairs: int
+    deterministic: bool = False
+    confidence: float = 0.95
     verdicts: list[Verdict] = field(default_factory=list)
 
     @property
     def design(self) -> str:
         if self.pairs >= 2:
             return (
-                f"{self.pairs} paired runs: hierarchical bootstrap (pairs, then time blocks "
-                "within each pair); the run is the unit of replication"
+                f"{self.pairs} paired runs: hull of a hierarchical bootstrap (pairs, then time "
+                f"blocks) and a t interval over the {self.pairs} per-pair changes; the run is "
+                "the unit of replication"
+            )
+        if self.deterministic:
+            return (
+                "one pair of a deterministic simulation: block bootstrap over time windows (the "
+                "plan is the only source of variation); timeline figures need 2 or more pairs"
             )
         return (
-            "one pair: block bootstrap over time windows; it cannot see run-to-run noise, "
-            "so tail metrics can look significant by chance — use --iterations 3 or more"
+            "one pair: it cannot see run-to-run noise, so no verdict is called (inconclusive); "
+            "run `fairbench ab --iterations 3` (or compare 3 or more pairs)"
         )
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "pairs": self.pairs,
             "design": self.design,
+            "confidence": self.confidence,
             "verdicts": [v.as_dict() for v in self.verdicts],
         }
+
+    def get(self, metric: str) -> Verdict | None:
+        return next((v for v in self.verdicts if v.metric == metric), None)
 
 
 @dataclass(frozen=True)
@@ -249,8 +161,14 @@ class RunData:
 
 
 def load_run(path: Path) -> RunData:
-    summary = json.loads((path / "summary.json").read_text(encoding="utf-8"))
-    records = pd.read_parquet(path / "records.parquet")
+    try:
+        summary = json.loads((path / "summary.json").read_text(encoding="utf-8"))
+        records = pd.read_parquet(path / "records.parquet")
+    except FileNotFoundError as error:
+        missing = Path(str(error.filename)).name
+        raise CompareRefused(f"{path}: not a run directory ({missing} missing)") from None
+    except (ValueError, OSError) as error:
+        raise CompareRefused(f"{path}: unreadable run ({type(error).__name__}: {error})") from None
     lo, hi = summary["window_s"]
     t = records["t_intended_ns"].to_numpy(dtype=np.float64) / 1e9
     records = records[(t >= lo) & (t <= hi)].sort_values("request_id").reset_index(drop=True)
@@ -272,86 +190,246 @@ def check_comparable(a: RunData, b: RunData) -> None:
             )
 
 
-def _unevaluable(metric: Metric, a: float, b: float, change: float) -> Verdict:
-    """A metric that cannot be judged: reported as such, never as a significant change."""
-    nan = math.nan
-    return Verdict(metric.name, a, b, change, nan, nan, nan, "cannot evaluate", metric.absolute)
+def default_rows(classes: list[str], tenants: list[str]) -> list[Name]:
+    rows = [Name(registry.get(n)) for n in OVERALL]
+    rows += [Name(registry.get(n), "class", c) for c in classes for n in PER_CLASS]
+    rows += [Name(registry.get(n), "tenant", t) for t in tenants for n in PER_TENANT]
+    return rows
+
+
+@dataclass
+class _Pair:
+    a: Cols
+    b: Cols
+    a_summary: dict[str, Any]
+    b_summary: dict[str, Any]
+    blocks: list[np.ndarray]
+
+
+def _mask(c: Cols, name: Name, names: dict[str, list[str]]) -> np.ndarray | None:
+    if name.group == "overall":
+        return None
+    k = names[name.group].index(name.key or "")
+    return {"class": c.cls, "tenant": c.tenant, "workload": c.workload}[name.group] == k
+
+
+def _value(
+    name: Name, c: Cols, summary: dict[str, Any], names: dict[str, list[str]]
+) -> tuple[float, bool]:
+    metric = name.metric
+    if metric.compute is None:
+        return registry.metric_value(summary, str(name)), False
+    value, bound = metric.compute(c, _mask(c, name, names))
+    return value * metric.scale, bound
+
+
+def _change(metric: Metric, a: float, b: float) -> float:
+    if metric.absolute:
+        return b - a
+    return (b - a) / a if a else math.nan
+
+
+def _upper(name: Name, c: Cols, names: dict[str, list[str]], confidence: float) -> float:
+    """The upper end of a run's own interval for a quantile row (what a bound must exceed)."""
+    metric = name.metric
+    if metric.quantile is None:
+        return -math.inf
+    which, q = metric.name.split("_", 1)[0], float(metric.name.rsplit("_p", 1)[1]) / 100
+    est = censored.quantile_estimate(c.obs(which, _mask(c, name, names)), q, confidence)
+    return est.high * metric.scale
+
+
+def _bound_verdict(
+    name: Name,
+    pairs: list[_Pair],
+    values: list[tuple[float, bool, float, bool]],
+    names: dict[str, list[str]],
+    confidence: float,
+) -> tuple[str, str]:
+    """The verdict when some value is only a lower bound: each pair must say the same."""
+    metric = name.metric
+    words = set()
+    for pair, (a, a_bound, b, b_bound) in zip(pairs, values, strict=True):
+        if a_bound and b_bound:
+            words.add("cannot evaluate")
+        elif b_bound:  # B ≥ b
+            far = b > a * (1 + metric.threshold) and b > _upper(name, pair.a, names, confidence)
+            words.add("worse" if far and metric.better == "lower" else "cannot evaluate")
+        else:  # A ≥ a
+            far = a > b * (1 + metric.threshold) and a > _upper(name, pair.b, names, confidence)
+            words.add("better" if far and metric.better == "lower" else "cannot evaluate")
+    word = words.pop() if len(words) == 1 else "cannot evaluate"
+    which = "B" if any(v[3] for v in values) else "A"
+    reason = f"{which}'s value is a lower bound (unfinished requests)"
+    if word == "cannot evaluate":
+        reason += ": it does not clear the other arm's value, so no direction is known"
+    return word, reason
+
+
+def _t_interval(diffs: np.ndarray, confidence: float) -> tuple[float, float, float]:
+    k = len(diffs)
+    mean, sd = float(diffs.mean()), float(diffs.std(ddof=1))
+    if sd == 0:
+        return mean, mean, 0.0 if mean != 0 else 1.0
+    half = float(sps.t.ppf(0.5 + confidence / 2, k - 1)) * sd / math.sqrt(k)
+    p = float(2 * sps.t.sf(abs(mean) / (sd / math.sqrt(k)), k - 1))
+    return mean - half, mean + half, p
+
+
+def _bootstrap(
+    rows: list[Name],
+    pairs: list[_Pair],
+    names: dict[str, list[str]],
+    resamples: int,
+    seed: int,
+) -> np.ndarray:
+    """(rows × resamples) mean changes over a (hierarchical) block bootstrap: each draw picks
+    pairs, then time blocks within each pair — the same blocks for A and B and for every row —
+    and recomputes every request-level row on them."""
+    rng = np.random.default_rng(seed)
+    k = len(pairs)
+    draws = np.zeros((len(rows), resamples))
+    for d in range(resamples):
+        chosen = rng.integers(0, k, k) if k > 1 else np.zeros(1, dtype=np.int64)
+        for j in chosen:
+            pair = pairs[int(j)]
+            blocks = pair.blocks
+            pick = np.concatenate([blocks[i] for i in rng.integers(0, len(blocks), len(blocks))])
+            ta, tb = pair.a.take(pick), pair.b.take(pick)
+            for r, name in enumerate(rows):
+                va, _ = _value(name, ta, pair.a_summary, names)
+                vb, _ = _value(name, tb, pair.b_summary, names)
+                draws[r, d] += _change(name.metric, va, vb)
+        draws[:, d] /= len(chosen)
+    return draws
+
+
+def _interval(draws: np.ndarray, confidence: float) -> tuple[float, float, float, bool]:
+    """Percentile interval and two-sided p of one row's draws; False where the figure is
+    undefined on too many resamples."""
+    finite = draws[np.isfinite(draws)]
+    if len(finite) < len(draws) * 0.9:
+        return math.nan, math.nan, math.nan, False
+    alpha = (1 - confidence) / 2
+    low, high = np.quantile(finite, [alpha, 1 - alpha])
+    p = float(min(1.0, 2 * min((finite <= 0).mean(), (finite >= 0).mean())))
+    return float(low), float(high), p, True
 
 
 def compare_pairs(
-    pairs: list[tuple[RunData, RunData]],
-    metric_list: list[Metric],
-    slos: dict[str, Any],
-    classes: list[str],
-    tenants: list[str],
+    pairs_in: list[tuple[RunData, RunData]],
+    rows: list[Name],
+    cols: list[tuple[Cols, Cols]],
+    names: dict[str, list[str]],
+    deterministic: bool,
     resamples: int = 1000,
     confidence: float = 0.95,
     block_s: float = 10.0,
     seed: int = 0,
 ) -> Comparison:
-    for a, b in pairs:
-        check_comparable(a, b)
-    rng = np.random.default_rng(seed)
-    prepared = []
-    for a, b in pairs:
-        ids = np.intersect1d(a.records["request_id"], b.records["request_id"])
-        ra = a.records.set_index("request_id").loc[ids].reset_index()
-        rb = b.records.set_index("request_id").loc[ids].reset_index()
-        block = (ra["t_intended_ns"].to_numpy() // int(block_s * 1e9)).astype(np.int64)
+    pairs = []
+    for (a, b), (ca, cb) in zip(pairs_in, cols, strict=True):
+        block = (a.records["t_intended_ns"].to_numpy() // int(block_s * 1e9)).astype(np.int64)
         _, block = np.unique(block, return_inverse=True)
         members = [np.flatnonzero(block == k) for k in range(block.max() + 1)] if len(block) else []
-        ca, cb = Cols.of(ra, slos, classes, tenants), Cols.of(rb, slos, classes, tenants)
-        picks = (
-            [
-                np.concatenate([members[k] for k in rng.integers(0, len(members), len(members))])
-                for _ in range(resamples)
-            ]
-            if members
-            else []
+        pairs.append(_Pair(ca, cb, a.summary, b.summary, members))
+    k = len(pairs)
+    comparison = Comparison(k, deterministic and k == 1, confidence)
+    resampled = [n for n in rows if n.metric.compute is not None] if pairs[0].blocks else []
+    draws = _bootstrap(resampled, pairs, names, resamples, seed) if resampled else None
+    for name in rows:
+        metric = name.metric
+        values = []
+        for pair in pairs:
+            a, a_bound = _value(name, pair.a, pair.a_summary, names)
+            b, b_bound = _value(name, pair.b, pair.b_summary, names)
+            values.append((a, a_bound, b, b_bound))
+        a_runs = [v[0] for v in values]
+        b_runs = [v[2] for v in values]
+        a_val, b_val = float(np.mean(a_runs)), float(np.mean(b_runs))
+        a_bound, b_bound = any(v[1] for v in values), any(v[3] for v in values)
+        diffs = np.array([_change(metric, v[0], v[2]) for v in values])
+        verdict = Verdict(
+            str(name),
+            a_val,
+            b_val,
+            float(diffs.mean()) if np.all(np.isfinite(diffs)) else math.nan,
+            math.nan,
+            math.nan,
+            math.nan,
+            "cannot evaluate",
+            metric.absolute,
+            metric.threshold,
+            metric.unit,
+            a_bound,
+            b_bound,
+            a_runs=a_runs if k > 1 else [],
+            b_runs=b_runs if k > 1 else [],
         )
-        prepared.append((ca, cb, picks))
-    comparison = Comparison(len(pairs))
-    alpha = (1 - confidence) / 2
-    for metric in metric_list:
-        base_a = np.array([metric.compute(ca) for ca, _, _ in prepared])
-        base_b = np.array([metric.compute(cb) for _, cb, _ in prepared])
-        a_val, b_val = float(np.mean(base_a)), float(np.mean(base_b))
-        usable = bool(np.all(np.isfinite(base_a)) and np.all(np.isfinite(base_b)))
-        if not usable or (not metric.absolute and a_val == 0):
-            comparison.verdicts.append(_unevaluable(metric, a_val, b_val, math.nan))
+        comparison.verdicts.append(verdict)
+        if not (np.all(np.isfinite(a_runs)) and np.all(np.isfinite(b_runs))):
+            verdict.reason = "no value in at least one run"
             continue
-        point = (b_val - a_val) if metric.absolute else (b_val - a_val) / a_val
-        # Hierarchical bootstrap: draw pairs (the run is the unit of replication), then time
-        # blocks within each drawn pair (load is correlated in time). With one pair only the
-        # second level remains, and run-to-run noise is invisible (see Comparison.design).
-        k = len(prepared)
-        draws = np.zeros(resamples)
-        for d in range(resamples):
-            chosen = rng.integers(0, k, k) if k > 1 else (0,)
-            total = 0.0
-            for j in chosen:
-                ca, cb, picks = prepared[j]
-                pick = picks[int(rng.integers(0, len(picks)))] if k > 1 else picks[d]
-                va, vb = metric.compute(ca.take(pick)), metric.compute(cb.take(pick))
-                total += (vb - va) if metric.absolute else (vb - va) / va
-            draws[d] = total / len(chosen)
-        finite = draws[np.isfinite(draws)]
-        if len(finite) < resamples * 0.9:  # the metric is undefined on too many resamples
-            comparison.verdicts.append(_unevaluable(metric, a_val, b_val, point))
+        if a_bound or b_bound:
+            verdict.verdict, verdict.reason = _bound_verdict(name, pairs, values, names, confidence)
             continue
-        low, high = np.quantile(finite, [alpha, 1 - alpha])
-        p = float(min(1.0, 2 * min((finite <= 0).mean(), (finite >= 0).mean())))
-        if (low > 0 or high < 0) and abs(point) >= metric.threshold:
+        if not np.all(np.isfinite(diffs)):
+            verdict.reason = "A's value is 0: a relative change is undefined"
+            continue
+        point = verdict.diff
+        low = high = p = math.nan
+        if draws is not None and name in resampled:
+            low, high, p, ok = _interval(draws[resampled.index(name)], confidence)
+            if not ok:
+                verdict.reason = "undefined on too many resamples"
+                continue
+        if k >= 2:
+            t_low, t_high, t_p = _t_interval(diffs, confidence)
+            low = t_low if math.isnan(low) else min(low, t_low)
+            high = t_high if math.isnan(high) else max(high, t_high)
+            p = t_p if math.isnan(p) else max(p, t_p)
+        elif metric.compute is None:
+            verdict.reason = "a timeline figure needs 2 or more pairs for an interval"
+            continue
+        low, high = min(low, point), max(high, point)  # the estimate always lies inside
+        verdict.ci_low, verdict.ci_high, verdict.p_value = low, high, p
+        significant = (low > 0 or high < 0) and abs(point) >= metric.threshold
+        if k == 1 and not deterministic:
+            verdict.verdict = "inconclusive"
+            verdict.reason = "one pair cannot see run-to-run noise; run ab --iterations 3"
+        elif significant:
             improved = point < 0 if metric.better == "lower" else point > 0
-            word = "better" if improved else "worse"
+            verdict.verdict = "better" if improved else "worse"
         else:
-            word = "no significant change"
-        comparison.verdicts.append(
-            Verdict(
-                metric.name, a_val, b_val, point, float(low), float(high), p, word, metric.absolute
-            )
-        )
+            verdict.verdict = "no significant change"
+            if low > 0 or high < 0:
+                kind = "absolute" if metric.absolute else "relative"
+                verdict.reason = (
+                    f"the interval excludes 0 but the change is under the practical "
+                    f"threshold ({kind} {metric.threshold:g})"
+                )
     return comparison
+
+
+def _columns(run: RunData, scn: Any, names: dict[str, list[str]]) -> Cols:
+    slos = {
+        name: {"ttft": c.ttft, "tpot": c.tpot, "e2e": c.e2e} for name, c in scn.slo_classes.items()
+    }
+    lo, hi = run.summary["window_s"]
+    df = run.records
+    solo_ms = run.summary.get("fairness", {}).get("solo_ttft_p99_ms") or {}
+    solo = {t: float(v) * 1e6 for t, v in solo_ms.items() if v is not None}
+    return Cols.of(
+        df,
+        slos=slos,
+        classes=names["class"],
+        tenants=names["tenant"],
+        workloads=names["workload"],
+        window_s=hi - lo,
+        timeout_s=scn.run.timeout,
+        unloaded_ns=unloaded_ns(df, scn)[0] if len(df) else np.zeros(0),
+        solo_ttft_p99_ns=solo,
+    )
 
 
 def compare_dirs(
@@ -375,7 +453,12 @@ def compare_dirs(
     from fairbench.workload.scenario import load_scenario
 
     scn = load_scenario(a_runs[0].path / "scenario.yaml")
-    return compare_scenario_pairs(pairs, scn, resamples, confidence, block_s)
+    b_scn = load_scenario(pairs[0][1].path / "scenario.yaml")
+    deterministic = all(
+        s.target.kind == "sim" and not float(s.scheduler.get("step_noise_cv", 0) or 0)
+        for s in (scn, b_scn)
+    )
+    return compare_scenario_pairs(pairs, scn, resamples, confidence, block_s, 0, deterministic)
 
 
 def compare_scenario_pairs(
@@ -385,19 +468,32 @@ def compare_scenario_pairs(
     confidence: float = 0.95,
     block_s: float = 10.0,
     seed: int = 0,
+    deterministic: bool = False,
+    rows: list[Name] | None = None,
 ) -> Comparison:
-    slos = {
-        name: {"ttft": c.ttft, "tpot": c.tpot, "e2e": c.e2e} for name, c in scn.slo_classes.items()
+    for a, b in pairs:
+        check_comparable(a, b)
+    names = {
+        "tenant": [t.id for t in scn.tenants],
+        "class": list(scn.slo_classes),
+        "workload": list(scn.workloads),
     }
-    classes = list(scn.slo_classes)
-    tenants = [t.id for t in scn.tenants]
-    weights = np.array([t.weight for t in scn.tenants], dtype=float)
-    present = set().union(*(set(r.records["slo_class"]) for pair in pairs for r in pair))
-    metric_list = [
-        metric
-        for metric in default_metrics(classes, weights)
-        if "." not in metric.name or metric.name.split(".", 1)[1] in present
-    ]
+    aligned = []
+    for a, b in pairs:
+        ids = np.intersect1d(a.records["request_id"], b.records["request_id"])
+        ra = a.records.set_index("request_id").loc[ids].reset_index()
+        rb = b.records.set_index("request_id").loc[ids].reset_index()
+        aligned.append((RunData(a.path, a.summary, ra), RunData(b.path, b.summary, rb)))
+    present = {
+        group: set().union(*(set(r.records[col]) for pair in aligned for r in pair))
+        for group, col in (("class", "slo_class"), ("tenant", "tenant"))
+    }
+    if rows is None:
+        rows = default_rows(
+            [c for c in names["class"] if c in present["class"]],
+            [t for t in names["tenant"] if t in present["tenant"]],
+        )
+    cols = [(_columns(a, scn, names), _columns(b, scn, names)) for a, b in aligned]
     return compare_pairs(
-        pairs, metric_list, slos, classes, tenants, resamples, confidence, block_s, seed
+        aligned, rows, cols, names, deterministic, resamples, confidence, block_s, seed
     )

@@ -11,11 +11,18 @@ Rules file:
       - "goodput: no significant decrease > 10%"
 
 Absolute rules compare a candidate figure with a number (or true/false). Relative rules compare
-with the baseline *statistically*: a latency percentile fails only if its 95% confidence
-intervals in the two runs do not overlap (the change is significant) and the change exceeds the
-stated size — so noise cannot fail the gate, and a real regression does. Figures are named by
-alias (goodput, jain, worst_slowdown_ratio, ttft_p99, `ttft_p99.<class>`,
-`slo_attainment.<class>`, …; see fairbench.decide.sweep) or by a dotted path into summary.json.
+with the baseline *statistically*: a figure fails only if its 95% confidence intervals in the
+two runs do not overlap (the change is significant) and the change exceeds the stated size — so
+noise cannot fail the gate, and a real regression does. Figures are named as the registry names
+them (fairbench.analysis.registry: `ttft_p99`, `ttft_p99.tenant.support-bot`,
+`slo_attainment.class.interactive` or `slo_attainment.interactive`, `service_difference`, …;
+`fairbench metrics` lists them) or by a dotted path into summary.json. An unknown name is a
+one-line error with a did-you-mean, before anything is evaluated.
+
+A figure that is only a lower bound (a percentile in censored mass: unfinished requests) passes
+a rule only when the bound alone proves it (`ttft_p99 >= 100` with p99 ≥ 3,000 ms); a bound that
+cannot show an upper limit holds fails the rule, saying so — a censored tail never passes a
+latency ceiling.
 
 Exit codes: 0 every rule passed; 1 a rule failed (a regression); 2 the gate could not be
 evaluated — an INVALID candidate or baseline, a baseline of another scenario or plan shape,
@@ -33,7 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fairbench.analysis.registry import ALIASES, metric_value
+from fairbench.analysis import registry
+from fairbench.analysis.registry import MetricError, metric_value
 from fairbench.workload.scenario import read_yaml
 
 _ABSOLUTE = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*(>=|<=|==|!=|>|<)\s*(\S+)\s*$")
@@ -91,6 +99,13 @@ def parse_rules(data: Any) -> list[Rule]:
         if not isinstance(item, str):
             problems.append(f"{at}: a rule is a string like 'jain >= 0.9', got {item!r}")
             continue
+        m = _RELATIVE.match(item) or _ABSOLUTE.match(item)
+        if m and m.group(1) != "valid":
+            try:
+                registry.parse_name(m.group(1))
+            except MetricError as error:
+                problems.append(f"{at}: {error}")
+                continue
         if m := _RELATIVE.match(item):
             rules.append(
                 Rule(
@@ -139,15 +154,16 @@ def load_summary(path: Path) -> dict[str, Any]:
         raise GateError([f"{file}: no summary here"]) from None
 
 
-def _path_of(name: str) -> str:
-    if name.startswith("ttft_p99."):
-        return f"slo_classes.{name.split('.', 1)[1]}.latency_ms.ttft.p99"
-    return ALIASES.get(name, name)
-
-
 def _ci(summary: dict[str, Any], name: str) -> tuple[float, float] | None:
-    """The 95% CI of a latency percentile (`<group...>.latency_ms.<lat>.<pNN>`), if recorded."""
-    parts = _path_of(name).split(".")
+    """The 95% CI of a figure: the registry entry's, or for a dotted latency path
+    (`<group...>.latency_ms.<lat>.<pNN>`) the one recorded beside it."""
+    if registry.parse_name(name) is not None:
+        entry = registry.metric_entry(summary, name) or {}
+        low, high = entry.get("ci_low"), entry.get("ci_high")
+        if low is None:
+            return None
+        return float(low), math.inf if high is None else float(high)
+    parts = name.split(".")
     if "latency_ms" not in parts or len(parts) < parts.index("latency_ms") + 3:
         return None
     k = parts.index("latency_ms")
@@ -157,7 +173,22 @@ def _ci(summary: dict[str, Any], name: str) -> tuple[float, float] | None:
             return None
         node = node[key]
     low, high = node.get("ci_low"), node.get("ci_high")
-    return (float(low), float(high)) if low is not None and high is not None else None
+    if low is None:
+        return None
+    return float(low), math.inf if high is None else float(high)
+
+
+def _bound(summary: dict[str, Any], name: str) -> bool:
+    """Whether the figure is only a lower bound (a percentile in censored mass)."""
+    if registry.parse_name(name) is not None:
+        return registry.is_lower_bound(summary, name)
+    parts = name.split(".")
+    node: Any = summary
+    for key in parts[:-1]:
+        if not isinstance(node, dict):
+            return False
+        node = node.get(key)
+    return isinstance(node, dict) and parts[-1] in (node.get("lower_bound") or [])
 
 
 def _value(summary: dict[str, Any], name: str) -> float | bool | None:
@@ -168,10 +199,7 @@ def _value(summary: dict[str, Any], name: str) -> float | bool | None:
 
 
 def _known_names(summary: dict[str, Any]) -> list[str]:
-    names = ["valid", *ALIASES]
-    names += [f"ttft_p99.{c}" for c in summary.get("slo_classes", {})]
-    names += [f"slo_attainment.{c}" for c in summary.get("slo_classes", {})]
-    return names
+    return ["valid", *registry.known_names(summary)]
 
 
 def _fmt(value: float | bool | None) -> str:
@@ -215,16 +243,16 @@ def evaluate(
         if rule.metric != "valid" and not candidate.get("valid", False):
             results.append(Result(rule, "error", _fmt(cand), detail="the candidate run is INVALID"))
             continue
+        bound = rule.metric != "valid" and _bound(candidate, rule.metric)
+        shown = ("≥ " if bound else "") + _fmt(cand)
         if not rule.relative:
             ok = _OPS[rule.op](cand, rule.value)
-            results.append(
-                Result(
-                    rule,
-                    "pass" if ok else "fail",
-                    _fmt(cand),
-                    detail=f"needs {rule.op} {_fmt(rule.value)}",
-                )
-            )
+            detail = f"needs {rule.op} {_fmt(rule.value)}"
+            if bound and ok and rule.op not in (">=", ">"):
+                ok = False
+                detail += "; the value is only a lower bound (unfinished requests), so it cannot "
+                detail += "show the rule holds"
+            results.append(Result(rule, "pass" if ok else "fail", shown, detail=detail))
             continue
         if baseline is None:
             results.append(Result(rule, "error", _fmt(cand), detail="needs --baseline"))
@@ -243,6 +271,18 @@ def evaluate(
                 )
             )
             continue
+        if _bound(baseline, rule.metric):
+            results.append(
+                Result(
+                    rule,
+                    "error",
+                    shown,
+                    "≥ " + _fmt(base),
+                    "the baseline's value is only a lower bound: no change can be measured "
+                    "against it (regenerate the baseline with fewer unfinished requests)",
+                )
+            )
+            continue
         change = (cand - base) / base
         if rule.direction == "increase":
             significant, big = ci_c[0] > ci_b[1], change > rule.threshold
@@ -254,10 +294,13 @@ def evaluate(
         )
         if significant and big:
             outcome = "fail"
+        elif bound and rule.direction == "increase":
+            outcome = "fail"
+            detail += "; the candidate's value is only a lower bound (unfinished requests)"
         else:
             outcome = "pass"
             detail += " (no significant change)" if not significant else " (within the allowance)"
-        results.append(Result(rule, outcome, _fmt(cand), _fmt(base), detail))
+        results.append(Result(rule, outcome, shown, _fmt(base), detail))
     return results, blocker
 
 

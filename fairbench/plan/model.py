@@ -131,6 +131,29 @@ class Plan:
             h.update(np.ascontiguousarray(self.block_values, dtype="<i8").tobytes())
         return "sha256:" + h.hexdigest()
 
+    def subset(self, rows: np.ndarray) -> Plan:
+        """The plan of only these rows (in order; request ids are renumbered), with its own
+        digest: e.g. one tenant's requests alone, for the solo arm of an isolation figure."""
+        rows = np.asarray(rows, dtype=np.int64)
+        columns = {k: v[rows] for k, v in self.columns.items()}
+        offsets = values = None
+        if self.block_offsets is not None and self.block_values is not None:
+            starts, ends = self.block_offsets[rows], self.block_offsets[rows + 1]
+            offsets = np.concatenate([[0], np.cumsum(ends - starts)]).astype(np.int64)
+            parts = [self.block_values[s:e] for s, e in zip(starts, ends, strict=True)]
+            values = np.concatenate(parts) if parts else self.block_values[:0]
+        return Plan(
+            columns,
+            self.tenants,
+            self.slo_classes,
+            self.workloads,
+            offsets,
+            values,
+            self.block_tokens,
+            self.seed,
+            self.scenario,
+        )
+
     def request(self, i: int) -> PlannedRequest:
         c = self.columns
         blocks = None

@@ -71,7 +71,7 @@ def key_table(summary: dict[str, Any]) -> str:
 def fairness_table(summary: dict[str, Any]) -> str:
     fair = summary.get("fairness", {})
     sd = fair.get("service_difference")
-    sd_text = "-" if not sd else f"{sd['max']:.1f} / {sd['mean']:.1f}"
+    sd_text = "-" if not sd or sd.get("max") is None else f"{sd['max']:,.0f} tokens"
     return table(
         ["fairness", "value"],
         [

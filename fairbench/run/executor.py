@@ -163,6 +163,7 @@ class Executor:
             rec.status, rec.error_kind = "error", "client"
             rec.error_detail = f"{type(error).__name__}: {error}"[:300]
         finally:
+            rec.t_end_ns = now_ns() - t0
             if first is not None:
                 rec.t_first_token_ns = first - t0
                 rec.t_last_token_ns = last - t0  # type: ignore[operator]
@@ -243,6 +244,7 @@ class Executor:
                     req,
                 )
         finally:
+            rec.t_end_ns = now_ns() - t0
             rel = lambda t: t - t0 if t else None  # noqa: E731
             rec.t_first_byte_ns = rel(outcome.t_first_byte)
             rec.t_first_token_ns = rel(outcome.t_first_token)

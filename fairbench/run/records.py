@@ -30,7 +30,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-RECORD_SCHEMA_VERSION = 1
+RECORD_SCHEMA_VERSION = 2  # 2: t_end_ns
 STATUSES = ("ok", "error", "timeout", "rejected", "cancelled")
 ERROR_KINDS = (
     "connect",  # could not connect / connection refused
@@ -70,6 +70,9 @@ class Record:
     queue_time_ns: int | None = None  # what the target reports, where it does
     preemptions: int | None = None
     cached_tokens: int | None = None
+    # when the client stopped waiting, whatever the outcome: the time a request that never
+    # finished was last seen (its latency is right-censored there; fairbench.analysis.censored)
+    t_end_ns: int | None = None
     worker: int = 0
 
 

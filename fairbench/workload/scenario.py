@@ -308,6 +308,13 @@ class RunSpec(_Model):
     seed: int = Field(0, ge=0, le=2**63 - 1)
     timeout: PositiveSeconds = Field(600.0, description="per request, from its intended time")
     grace: NonNegSeconds = Field(30.0, description="after the last send, before cancelling")
+    max_unfinished: float = Field(
+        0.01,
+        ge=0.0,
+        le=1.0,
+        description="the share of the measurement window's requests that may time out or be "
+        "cancelled before the run says its tail is censored",
+    )
     concurrency_cap: int | None = Field(
         None,
         ge=1,

@@ -1,0 +1,237 @@
+"""Latency under overload: every admitted request counts, finished or not.
+
+A request that timed out, was cancelled, or failed after it was sent has no latency, but it is
+not missing either: its latency is *at least* the time it had been waiting when the client last
+saw it. Dropping it computes the tail over survivors, and a scheduler that times out its worst
+requests then wins every p99 comparison. Here each admitted request is an observation
+`(time, observed)`: observed latencies, and right-censored ones at the time last seen.
+
+The population is every request in the group that was sent and not rejected (a 429/503 is
+reported as a share of its own, not as a latency). Quantiles come from the Kaplan–Meier estimate
+of the latency distribution:
+
+    F(t) = 1 − Π_{event times s ≤ t} (1 − d_s / n_s)
+    p_q  = min { event time t : F(t) ≥ q }
+
+which, without censoring, is the ceil(q·n)-th order statistic — the definition the exact
+bootstrap (fairbench.analysis.stats) uses, so a point estimate and its interval always share one
+quantile definition. When F never reaches q (the quantile falls in censored mass), the value is
+reported as a lower bound: the ceil(q·n)-th order statistic of all times, censored ones included,
+holds whatever the censoring mechanism (an unfinished request might have finished the instant
+after it was last seen, never sooner). Intervals: the exact bootstrap without censoring; with
+censoring, the Brookmeyer–Crowley inversion of Greenwood's variance of F; for a bound,
+[bound, ∞).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+from fairbench.analysis.stats import quantile_ci
+
+
+@dataclass(frozen=True)
+class Observations:
+    """Latencies (ns) of a group's admitted requests; `observed` False = right-censored."""
+
+    time: np.ndarray
+    observed: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.time)
+
+    @property
+    def unfinished(self) -> int:
+        return int((~self.observed).sum())
+
+    def take(self, idx: np.ndarray) -> Observations:
+        return Observations(self.time[idx], self.observed[idx])
+
+
+@dataclass(frozen=True)
+class QuantileEstimate:
+    """A quantile with its interval; `bound` means `value` is only a lower bound."""
+
+    value: float
+    low: float
+    high: float
+    n: int
+    unfinished: int
+    bound: bool
+
+    def as_dict(self, scale: float = 1.0) -> dict[str, float | int | bool | None]:
+        f = lambda v: None if not math.isfinite(v) else round(v * scale, 6)  # noqa: E731
+        return {
+            "value": f(self.value),
+            "ci_low": f(self.low),
+            "ci_high": f(self.high),
+            "n": self.n,
+            "unfinished": self.unfinished,
+            "lower_bound": self.bound,
+        }
+
+
+NAN_QUANTILE = QuantileEstimate(math.nan, math.nan, math.nan, 0, 0, False)
+
+
+def _col(df: pd.DataFrame, name: str) -> np.ndarray:
+    if name not in df:
+        return np.full(len(df), np.nan)
+    return df[name].to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def admitted(df: pd.DataFrame) -> np.ndarray:
+    """Requests that were sent and not rejected: the latency population."""
+    return (df["status"] != "rejected").to_numpy() & np.isfinite(_col(df, "t_sent_ns"))
+
+
+def last_seen_ns(df: pd.DataFrame, timeout_s: float | None = None) -> np.ndarray:
+    """When the client last knew about each request (relative to t0): `t_end_ns` where the
+    generator recorded it, else the latest stage reached (and, for a timeout, the deadline)."""
+    seen = _col(df, "t_end_ns")
+    for name in (
+        "t_done_ns",
+        "t_last_token_ns",
+        "t_first_token_ns",
+        "t_first_byte_ns",
+        "t_sent_ns",
+    ):
+        seen = np.where(np.isnan(seen), _col(df, name), seen)
+    if timeout_s is not None:
+        deadline = _col(df, "t_intended_ns") + timeout_s * 1e9
+        timed_out = (df["status"] == "timeout").to_numpy()
+        seen = np.where(timed_out, np.fmax(seen, deadline), seen)
+    return seen
+
+
+@dataclass(frozen=True)
+class RowObservations:
+    """Per request of a frame: the latency or censoring time, whether it was observed, and
+    whether the request belongs to the metric's population at all."""
+
+    time: np.ndarray
+    observed: np.ndarray
+    eligible: np.ndarray
+
+    def select(self, mask: np.ndarray | None = None) -> Observations:
+        keep = self.eligible if mask is None else self.eligible & mask
+        return Observations(self.time[keep], self.observed[keep])
+
+
+def _rows(
+    df: pd.DataFrame, event_ns: np.ndarray, origin_ns: np.ndarray, timeout_s: float | None
+) -> RowObservations:
+    seen = last_seen_ns(df, timeout_s)
+    observed = np.isfinite(event_ns)
+    time = np.fmax(np.where(observed, event_ns, seen) - origin_ns, 0.0)
+    eligible = admitted(df) & np.isfinite(time)
+    return RowObservations(time, observed, eligible)
+
+
+def _first_response_ns(df: pd.DataFrame) -> np.ndarray:
+    first = _col(df, "t_first_token_ns")
+    whole = np.where((df["status"] == "ok").to_numpy(), _col(df, "t_done_ns"), np.nan)
+    return np.where(np.isnan(first), whole, first)
+
+
+def ttft_rows(
+    df: pd.DataFrame, timeout_s: float | None = None, sent: bool = False
+) -> RowObservations:
+    """TTFT from the intended send (or the actual one, `sent`): observed when a first token (or,
+    for a response that streams none, the whole successful response) arrived."""
+    origin = _col(df, "t_sent_ns" if sent else "t_intended_ns")
+    return _rows(df, _first_response_ns(df), origin, timeout_s)
+
+
+def e2e_rows(
+    df: pd.DataFrame, timeout_s: float | None = None, sent: bool = False
+) -> RowObservations:
+    """E2E from the intended send (or the actual one): observed for requests that ended ok."""
+    done = np.where((df["status"] == "ok").to_numpy(), _col(df, "t_done_ns"), np.nan)
+    origin = _col(df, "t_sent_ns" if sent else "t_intended_ns")
+    return _rows(df, done, origin, timeout_s)
+
+
+def tpot_rows(df: pd.DataFrame, timeout_s: float | None = None) -> RowObservations:
+    """Time per output token after the first, over admitted requests with a first token and at
+    least 2 tokens planned: observed for ok streams of ≥ 2 tokens, censored at (last seen −
+    first token) ÷ max(tokens so far − 1, 1) for a stream that never finished — it was at least
+    that slow."""
+    first = _col(df, "t_first_token_ns")
+    tokens = _col(df, "output_tokens")
+    ok = (df["status"] == "ok").to_numpy()
+    span_ok = _col(df, "t_last_token_ns") - first
+    span_open = last_seen_ns(df, timeout_s) - first
+    with np.errstate(invalid="ignore", divide="ignore"):
+        value = np.where(ok, span_ok / (tokens - 1), span_open / np.maximum(tokens - 1, 1))
+    eligible = admitted(df) & np.isfinite(first) & (_col(df, "max_tokens") >= 2)
+    eligible &= (~ok | (tokens >= 2)) & np.isfinite(value)
+    return RowObservations(np.fmax(value, 0.0), ok, eligible)
+
+
+def itl_max_rows(df: pd.DataFrame, timeout_s: float | None = None) -> RowObservations:
+    """The largest gap between consecutive tokens: observed for ok streams of ≥ 2 tokens;
+    censored at the larger of the gaps seen and the silence since the last token otherwise."""
+    ok = (df["status"] == "ok").to_numpy()
+    gap = _col(df, "itl_max_ns")
+    silence = last_seen_ns(df, timeout_s) - _col(df, "t_last_token_ns")
+    value = np.where(ok, gap, np.fmax(np.nan_to_num(gap, nan=0.0), silence))
+    eligible = admitted(df) & np.isfinite(_col(df, "t_first_token_ns")) & np.isfinite(value)
+    return RowObservations(np.fmax(value, 0.0), ok, eligible)
+
+
+def _km(obs: Observations) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Event times, F at each, and Greenwood's variance of F there (events before censorings
+    at equal times)."""
+    order = np.lexsort((~obs.observed, obs.time))
+    t, d = obs.time[order], obs.observed[order]
+    n = len(t)
+    at_risk = n - np.arange(n)
+    ev = d
+    with np.errstate(divide="ignore", invalid="ignore"):
+        factor = np.where(ev, 1.0 - 1.0 / at_risk, 1.0)
+        surv = np.cumprod(factor)
+        green = np.cumsum(np.where(ev & (at_risk > 1), 1.0 / (at_risk * (at_risk - 1.0)), 0.0))
+    var = surv * surv * green
+    return t[ev], 1.0 - surv[ev], var[ev]
+
+
+def quantile(obs: Observations, q: float) -> tuple[float, bool]:
+    """(p_q, is_lower_bound): the one quantile definition of every latency figure."""
+    n = len(obs)
+    if n == 0:
+        return math.nan, False
+    k = max(1, math.ceil(q * n))
+    if obs.observed.all():
+        return float(np.partition(obs.time, k - 1)[k - 1]), False
+    times, cdf, _ = _km(obs)
+    hit = np.flatnonzero(cdf >= q - 1e-12)
+    if len(hit):
+        return float(times[hit[0]]), False
+    return float(np.partition(obs.time, k - 1)[k - 1]), True
+
+
+def quantile_estimate(obs: Observations, q: float, confidence: float = 0.95) -> QuantileEstimate:
+    """The quantile and its interval (see the module docstring for which interval when)."""
+    n, unfinished = len(obs), obs.unfinished
+    if n == 0:
+        return NAN_QUANTILE
+    if unfinished == 0:
+        est = quantile_ci(obs.time, q, confidence)
+        return QuantileEstimate(est.value, est.low, est.high, n, 0, False)
+    value, bound = quantile(obs, q)
+    if bound:
+        return QuantileEstimate(value, value, math.inf, n, unfinished, True)
+    times, cdf, var = _km(obs)
+    z = float(sps.norm.ppf(0.5 + confidence / 2))
+    se = np.sqrt(np.maximum(var, 0.0))
+    lo_hit = np.flatnonzero(cdf + z * se >= q - 1e-12)
+    hi_hit = np.flatnonzero(cdf - z * se >= q - 1e-12)
+    low = float(times[lo_hit[0]]) if len(lo_hit) else value
+    high = float(times[hi_hit[0]]) if len(hi_hit) else math.inf
+    return QuantileEstimate(value, min(low, value), max(high, value), n, unfinished, False)

@@ -1,0 +1,126 @@
+"""A run's records as the per-request arrays every metric is computed from.
+
+The summary computes each figure once on a run's `Cols`; compare computes the same figure, with
+the same function, on resamples of it (`take`). That is what makes a name mean one thing in
+summary.json, compare, ab, gate, sweep and the reports (fairbench.analysis.registry).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fairbench.analysis import censored
+from fairbench.analysis import metrics as m
+
+
+class Cols:
+    """Per-request columns of one run (its measurement window) as numpy arrays."""
+
+    __slots__ = (
+        "admitted",
+        "cls",
+        "demand",
+        "e2e_o",
+        "e2e_t",
+        "e2e_x",
+        "met",
+        "ok",
+        "output_tokens",
+        "rejected",
+        "served",
+        "slo_ttft",
+        "solo_ttft",
+        "t",
+        "tenant",
+        "tpot_o",
+        "tpot_t",
+        "tpot_x",
+        "ttft_o",
+        "ttft_t",
+        "ttft_x",
+        "unfinished",
+        "unloaded",
+        "window_s",
+        "workload",
+    )
+
+    def __init__(self, **arrays: Any) -> None:
+        for name, value in arrays.items():
+            setattr(self, name, value)
+
+    @classmethod
+    def of(
+        cls_,
+        df: pd.DataFrame,
+        *,
+        slos: Mapping[str, Mapping[str, float | None]],
+        classes: Sequence[str],
+        tenants: Sequence[str],
+        workloads: Sequence[str],
+        window_s: float,
+        timeout_s: float | None,
+        unloaded_ns: np.ndarray,
+        solo_ttft_p99_ns: Mapping[str, float] | None = None,
+    ) -> Cols:
+        ttft = censored.ttft_rows(df, timeout_s)
+        e2e = censored.e2e_rows(df, timeout_s)
+        tpot = censored.tpot_rows(df, timeout_s)
+        status = df["status"].to_numpy()
+        solo = solo_ttft_p99_ns or {}
+        return cls_(
+            ok=status == "ok",
+            rejected=status == "rejected",
+            admitted=censored.admitted(df),
+            unfinished=(status == "timeout") | (status == "cancelled"),
+            ttft_t=ttft.time,
+            ttft_o=ttft.observed,
+            ttft_x=ttft.eligible,
+            e2e_t=e2e.time,
+            e2e_o=e2e.observed,
+            e2e_x=e2e.eligible,
+            tpot_t=tpot.time,
+            tpot_o=tpot.observed,
+            tpot_x=tpot.eligible,
+            met=m.slo_met(df, slos),
+            cls=_codes(df["slo_class"], classes),
+            tenant=_codes(df["tenant"], tenants),
+            workload=_codes(df["workload"], workloads),
+            served=m.service_tokens(df),
+            demand=df["prompt_tokens"].to_numpy(dtype=float)
+            + 2.0 * df["max_tokens"].to_numpy(dtype=float),
+            output_tokens=df["output_tokens"].to_numpy(dtype=float),
+            unloaded=np.maximum(np.asarray(unloaded_ns, dtype=float), 1.0),
+            t=df["t_intended_ns"].to_numpy(dtype=float),
+            slo_ttft=np.array(
+                [(slos.get(c) or {}).get("ttft") or np.nan for c in df["slo_class"]], dtype=float
+            )
+            * 1e9,
+            solo_ttft=np.array([solo.get(t, np.nan) for t in tenants], dtype=float),
+            window_s=float(window_s),
+        )
+
+    def __len__(self) -> int:
+        return len(self.ok)
+
+    def take(self, idx: np.ndarray) -> Cols:
+        fixed = ("solo_ttft", "window_s")
+        return Cols(
+            **{
+                name: getattr(self, name) if name in fixed else getattr(self, name)[idx]
+                for name in self.__slots__
+            }
+        )
+
+    def obs(self, which: str, mask: np.ndarray | None) -> censored.Observations:
+        time, seen, eligible = (getattr(self, f"{which}_{s}") for s in ("t", "o", "x"))
+        keep = eligible if mask is None else eligible & mask
+        return censored.Observations(time[keep], seen[keep])
+
+
+def _codes(values: pd.Series, names: Sequence[str]) -> np.ndarray:
+    lookup = {name: k for k, name in enumerate(names)}
+    return np.array([lookup.get(v, -1) for v in values], dtype=np.int64)
