@@ -190,19 +190,3 @@ def test_windowed_jain_sees_a_burst_the_whole_run_hides() -> None:
     _, per_window = windowed_jain(client, start, end, cost, {}, 0.0, 20.0, 10.0)
     assert list(per_window) == [1.0, 1.0]  # one active client per window is trivially fair
     assert m.jain(np.array([100.0, 100.0])) == 1.0
-
-
-def test_accumulated_service_gap_by_hand() -> None:
-    from fairbench.analysis.blocks import accumulated_service_gap
-
-    # a: 100 units over [0, 10]; b (weight 2): 100 units over [10, 20].
-    # At t=10: a has 100, b has 0 -> gap 100. At t=20: a 100, b 100/2 = 50 -> gap 50.
-    gap = accumulated_service_gap(
-        np.array(["a", "b"]),
-        np.array([0.0, 10.0]),
-        np.array([10.0, 20.0]),
-        np.array([100.0, 100.0]),
-        {"b": 2.0},
-        20.0,
-    )
-    assert gap == pytest.approx(100.0)

@@ -311,11 +311,11 @@ METRICS: tuple[Metric, ...] = (
         "lower",
         "max over tenants of mean slowdown ÷ min over tenants, slowdown = E2E ÷ the request's "
         "E2E alone on the engine (cost model for sim/reference; else 1 ms per prompt + output "
-        "token)",
+        "token). Not a headline fairness figure: a fair queue makes a flooding tenant absorb "
+        "its own backlog, which raises this ratio, while FIFO's equal misery lowers it",
         "admitted requests (an unfinished one enters with its E2E so far: a lower bound)",
         ("overall", "class"),
         0.05,
-        headline=True,
         compute=_worst_slowdown,
     ),
     Metric(
@@ -559,3 +559,47 @@ def metrics_block(
                     continue
                 out[group].setdefault(key, {})[metric.name] = _entry(metric, c, mask)
     return out
+
+
+def reference_markdown() -> str:
+    """docs/metrics.md, generated from the registry (tests/test_metrics_registry.py keeps the
+    committed page equal to this)."""
+    lines = [
+        "# Metrics",
+        "",
+        "Generated from `fairbench/analysis/registry.py` by `fairbench metrics --markdown`; do "
+        "not edit by hand. Every command that names a metric — `compare`, `ab`, `gate`, `sweep "
+        "--objective`, `pareto`, `knee`, `report --history` — uses these names and these "
+        "definitions.",
+        "",
+        "Names: `NAME` is the run's overall figure; `NAME.tenant.ID`, `NAME.class.CLASS` and "
+        "`NAME.workload.WORKLOAD` the group's (`NAME.CLASS` also reads a class). **Headline** "
+        "figures get a row per tenant and class in every A/B.",
+        "",
+        "Latency under overload: every admitted request counts. A request that timed out, was "
+        "cancelled or failed after it was sent is right-censored at the time it was last seen; "
+        "percentiles are Kaplan–Meier estimates, and a percentile that falls in censored mass is "
+        "reported as a lower bound (`p99 ≥ 3,000 ms, 52 of 60 unfinished`). Rejected requests "
+        "(429/503) are not latencies: they are `rejected_share`.",
+        "",
+    ]
+    for metric in METRICS:
+        head = " (headline)" if metric.headline else ""
+        change = "absolute" if metric.absolute else "relative"
+        lines += [
+            f"## `{metric.name}`{head}",
+            "",
+            f"- **Definition**: {metric.formula}",
+            f"- **Unit**: {metric.unit}; **better**: {metric.better}",
+            f"- **Population**: {metric.population}",
+            f"- **Groups**: {', '.join(metric.groups)}",
+        ]
+        if metric.quantile:
+            lines.append(f"- **Quantile**: {metric.quantile}")
+        lines += [
+            f"- **Interval**: {metric.ci}",
+            f"- **A/B threshold**: {change} change of {metric.threshold:g}",
+            f"- **Computed**: {'per request (resampled in compare)' if metric.kind == 'request' else 'from the run timeline (compared across pairs)'}",  # noqa: E501
+            "",
+        ]
+    return "\n".join(lines)
