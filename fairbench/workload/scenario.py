@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -457,9 +458,58 @@ class Scenario(_Model):
         return {tenant.mix: 1.0} if isinstance(tenant.mix, str) else dict(tenant.mix)
 
 
+# Targets reached over HTTP at a URL the user gives: a `reference` target starts its own server
+# (unless --target-url points at one) and `sim` has no server at all.
+URL_KINDS = ("openai", "vllm", "sglang", "tgi")
+_URL_EXAMPLE = "http://127.0.0.1:8000"
+
+
+def url_problem(url: str) -> str | None:
+    """What is wrong with a server URL, or None: it must be http(s)://host[:port][/path]."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a port that is not a number in range
+    except ValueError:
+        return f"not a URL with a valid port (like {_URL_EXAMPLE}), got {url!r}"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"must be an http:// or https:// URL with a host, like {_URL_EXAMPLE}; got {url!r}"
+    if parts.query or parts.fragment:
+        return f"must be the server's base URL, without ?query or #fragment; got {url!r}"
+    return None
+
+
+def target_url(scn: Scenario, override: str | None = None) -> str | None:
+    """The URL a live run sends to: `override` (`fairbench run --target-url`), else
+    `target.base_url`; None where fairbench provides the server (`reference` without an
+    override) or there is none (`sim`). An openai/vllm/sglang/tgi target with neither is a
+    scenario error, raised here rather than at load time because the URL may come from the
+    command line."""
+    if scn.target.kind == "sim":
+        return None
+    if override is not None:
+        problem = url_problem(override)
+        if problem is not None:
+            raise ScenarioError([f"--target-url: {problem}"])
+        return override
+    if scn.target.kind in URL_KINDS and not scn.target.base_url:
+        raise ScenarioError(
+            [
+                f"target.base_url: a target of kind {scn.target.kind!r} needs the server's "
+                f"URL; set target.base_url (e.g. {_URL_EXAMPLE}) or pass fairbench run "
+                "--target-url URL"
+            ]
+        )
+    return scn.target.base_url if scn.target.kind in URL_KINDS else None
+
+
 def _check_target(scn: Scenario) -> list[str]:
     t = scn.target
     problems: list[str] = []
+    for name in ("base_url", "metrics_url"):
+        url = getattr(t, name)
+        problem = None if url is None else url_problem(url)
+        if problem is not None:
+            problems.append(f"target.{name}: {problem}")
     if t.api == "native" and t.kind not in ("sglang", "tgi"):
         problems.append(
             f"target.api: 'native' is for sglang (/generate) and tgi (/generate_stream); "
