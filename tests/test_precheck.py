@@ -166,6 +166,14 @@ def test_the_override_wins_and_is_checked() -> None:
     assert target_url(parse_scenario(scenario_data(kind="sim")), "http://b:2") is None
 
 
+def test_a_metrics_url_may_have_a_query_but_not_a_bad_scheme() -> None:
+    target = {"kind": "vllm", "base_url": "http://h:8000"}
+    parse_scenario(scenario_data(**target, metrics_url="http://h:8000/metrics?x=1"))
+    with pytest.raises(ScenarioError) as error:
+        parse_scenario(scenario_data(**target, metrics_url="h:8000/metrics"))
+    assert one_line(error).startswith("target.metrics_url: must be an http:// or https:// URL")
+
+
 @pytest.mark.parametrize(
     ("url", "says"),
     [

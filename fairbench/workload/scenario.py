@@ -464,8 +464,9 @@ URL_KINDS = ("openai", "vllm", "sglang", "tgi")
 _URL_EXAMPLE = "http://127.0.0.1:8000"
 
 
-def url_problem(url: str) -> str | None:
-    """What is wrong with a server URL, or None: it must be http(s)://host[:port][/path]."""
+def url_problem(url: str, base: bool = True) -> str | None:
+    """What is wrong with a server URL, or None: it must be http(s)://host[:port][/path], and
+    a `base` URL (paths are appended to it) has no query or fragment."""
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError on a port that is not a number in range
@@ -473,7 +474,7 @@ def url_problem(url: str) -> str | None:
         return f"not a URL with a valid port (like {_URL_EXAMPLE}), got {url!r}"
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return f"must be an http:// or https:// URL with a host, like {_URL_EXAMPLE}; got {url!r}"
-    if parts.query or parts.fragment:
+    if base and (parts.query or parts.fragment):
         return f"must be the server's base URL, without ?query or #fragment; got {url!r}"
     return None
 
@@ -507,7 +508,7 @@ def _check_target(scn: Scenario) -> list[str]:
     problems: list[str] = []
     for name in ("base_url", "metrics_url"):
         url = getattr(t, name)
-        problem = None if url is None else url_problem(url)
+        problem = None if url is None else url_problem(url, base=name == "base_url")
         if problem is not None:
             problems.append(f"target.{name}: {problem}")
     if t.api == "native" and t.kind not in ("sglang", "tgi"):
