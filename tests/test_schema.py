@@ -10,6 +10,8 @@ from __future__ import annotations
 import copy
 import json
 import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -264,3 +266,34 @@ def test_pattern_and_parser_agree_on_every_character() -> None:
         if parses(parse_rate, rate) != matches(RATE_PATTERN, rate):
             disagree.append(("rate", rate))
     assert disagree == []
+
+
+def test_the_patterns_mean_the_same_as_ecma_262_regexes(tmp_path: Path) -> None:
+    """JSON Schema patterns are ECMA-262 regexes (editors run them in JavaScript), Python's
+    `re` is what jsonschema uses: both must give the same answers on the lists above."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed: the ECMA-262 reading of the patterns is not checked")
+    cases = {
+        "duration": [DURATION_PATTERN, DURATIONS_GOOD, DURATIONS_BAD],
+        "rate": [RATE_PATTERN, RATES_GOOD, RATES_BAD],
+    }
+    (tmp_path / "cases.json").write_text(json.dumps(cases), encoding="utf-8")
+    script = (
+        "const cases = JSON.parse(require('fs').readFileSync(process.argv[1], 'utf8'));"
+        "const wrong = [];"
+        "for (const [name, [pattern, good, bad]] of Object.entries(cases)) {"
+        "  const re = new RegExp(pattern, 'u');"
+        "  for (const s of good) if (!re.test(s)) wrong.push([name, 'rejects', s]);"
+        "  for (const s of bad) if (re.test(s)) wrong.push([name, 'accepts', s]);"
+        "}"
+        "console.log(JSON.stringify(wrong));"
+    )
+    result = subprocess.run(
+        [node, "-e", script, str(tmp_path / "cases.json")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == []
