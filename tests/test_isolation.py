@@ -87,7 +87,12 @@ def test_a_server_killed_and_restarted_mid_run_loses_nothing(tmp_path: Path) -> 
     out = tmp_path / "run"
     run = fairbench("run", str(path), "--out", str(out), "--quiet", "--workers", "1")
     try:
-        time.sleep(3.0)
+        # the run checks its target before t0, so the kill waits for the run to have begun
+        for _ in range(600):
+            if (out / "journal.jsonl").exists() or run.poll() is not None:
+                break
+            time.sleep(0.1)
+        time.sleep(1.0)
         os.kill(server.pid, signal.SIGKILL)  # in-flight streams die with it
         server.wait()
         time.sleep(1.5)  # requests due now find nobody listening

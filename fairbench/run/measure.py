@@ -35,6 +35,7 @@ from fairbench.run.rundir import (
 from fairbench.run.shards import default_workers, run_sharded
 from fairbench.targets.engine_setup import ENGINE_KINDS, engine_setup
 from fairbench.targets.factory import make_target
+from fairbench.targets.precheck import precheck
 from fairbench.workload.scenario import Scenario
 
 CLOCK_SOURCE = "time.perf_counter_ns (CLOCK_MONOTONIC)"
@@ -60,6 +61,8 @@ def measure(
     scn: Scenario, options: RunOptions | None = None, progress: Progress | None = None
 ) -> Measurement:
     options = options or RunOptions()
+    if scn.target.kind != "sim":  # before anything is planned or written: a dead target, one line
+        uvloop_run(precheck(scn, options.base_url))
     plan = materialize(scn, options.seed)
     run_dir = new_run_dir(scn, options)
     (run_dir / "scenario.yaml").write_text(

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -20,12 +22,21 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    GetJsonSchemaHandler,
     ValidationError,
     field_validator,
     model_validator,
 )
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
-from fairbench.workload.units import parse_duration, parse_rate
+from fairbench.workload.units import (
+    _DURATION_UNITS,
+    _NUMBER,
+    _RATE_UNITS,
+    parse_duration,
+    parse_rate,
+)
 from reference_scheduler.core.validation import lines_from
 
 
@@ -39,8 +50,65 @@ class ScenarioError(Exception):
         super().__init__("\n".join(prefix + line for line in lines))
 
 
-Seconds = Annotated[float, BeforeValidator(parse_duration)]
-PerSecond = Annotated[float, BeforeValidator(parse_rate)]
+def _any_case(unit: str) -> str:
+    """A regex for `unit` in any case the parser folds to it (it lower-cases its input first).
+
+    Spelled with character classes, not a flag: JSON Schema patterns are ECMA-262 regexes,
+    which have no inline `(?i)`."""
+    out = []
+    for char in unit:
+        forms = sorted({c for c in (char, char.upper()) if len(c) == 1 and c.lower() == char})
+        out.append(re.escape(forms[0]) if len(forms) == 1 else f"[{''.join(forms)}]")
+    return "".join(out)
+
+
+def _units_alternation(units: dict[str, float]) -> str:
+    return "(?:" + "|".join(_any_case(u) for u in sorted(units, key=lambda u: (-len(u), u))) + ")"
+
+
+# The JSON Schema's patterns for human units, built from fairbench.workload.units' own tables so
+# that a unit added there reaches the schema too; tests/test_schema.py checks that they accept
+# what the parsers accept. `\d` becomes [0-9]: ECMA-262 and Python disagree on non-ASCII digits.
+_SCHEMA_NUMBER = _NUMBER.replace(r"\d", "[0-9]")
+DURATION_PATTERN = rf"^\s*{_SCHEMA_NUMBER}\s*{_units_alternation(_DURATION_UNITS)}?\s*$"
+RATE_PATTERN = rf"^\s*{_SCHEMA_NUMBER}\s*(?:/\s*{_units_alternation(_RATE_UNITS)}\s*)?$"
+
+
+@dataclass(frozen=True)
+class _OrString:
+    """JSON Schema of a number that may also be written as a string in human units.
+
+    pydantic only sees the float the parser returns, so left alone it would tell editors that
+    `rate: 6/s` is not a number."""
+
+    pattern: str
+    examples: tuple[str, ...]
+
+    def __get_pydantic_json_schema__(
+        self, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        as_string = {"type": "string", "pattern": self.pattern, "examples": list(self.examples)}
+        return {"anyOf": [handler(core_schema), as_string]}
+
+
+@dataclass(frozen=True)
+class _OrCount:
+    """JSON Schema of a length distribution that may also be a bare token count (`80`)."""
+
+    def __get_pydantic_json_schema__(
+        self, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return {"anyOf": [{"type": "integer", "minimum": 0}, handler(core_schema)]}
+
+
+Seconds = Annotated[
+    float,
+    BeforeValidator(parse_duration),
+    _OrString(DURATION_PATTERN, ("300ms", "2s", "1.5min")),
+]
+PerSecond = Annotated[
+    float, BeforeValidator(parse_rate), _OrString(RATE_PATTERN, ("6/s", "20/min"))
+]
 PositiveSeconds = Annotated[Seconds, Field(gt=0)]
 NonNegSeconds = Annotated[Seconds, Field(ge=0)]
 PositiveRate = Annotated[PerSecond, Field(gt=0)]
@@ -140,6 +208,7 @@ LengthDist = Annotated[
     ConstantDist | UniformDist | NormalDist | LogNormalDist | ExponentialDist | EmpiricalDist,
     Field(discriminator="dist"),
     BeforeValidator(_dist_shorthand),
+    _OrCount(),
 ]
 
 
@@ -396,9 +465,59 @@ class Scenario(_Model):
         return {tenant.mix: 1.0} if isinstance(tenant.mix, str) else dict(tenant.mix)
 
 
+# Targets reached over HTTP at a URL the user gives: a `reference` target starts its own server
+# (unless --target-url points at one) and `sim` has no server at all.
+URL_KINDS = ("openai", "vllm", "sglang", "tgi")
+_URL_EXAMPLE = "http://127.0.0.1:8000"
+
+
+def url_problem(url: str, base: bool = True) -> str | None:
+    """What is wrong with a server URL, or None: it must be http(s)://host[:port][/path], and
+    a `base` URL (paths are appended to it) has no query or fragment."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a port that is not a number in range
+    except ValueError:
+        return f"not a URL with a valid port (like {_URL_EXAMPLE}), got {url!r}"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"must be an http:// or https:// URL with a host, like {_URL_EXAMPLE}; got {url!r}"
+    if base and (parts.query or parts.fragment):
+        return f"must be the server's base URL, without ?query or #fragment; got {url!r}"
+    return None
+
+
+def target_url(scn: Scenario, override: str | None = None) -> str | None:
+    """The URL a live run sends to: `override` (`fairbench run --target-url`), else
+    `target.base_url`; None where fairbench provides the server (`reference` without an
+    override) or there is none (`sim`). An openai/vllm/sglang/tgi target with neither is a
+    scenario error, raised here rather than at load time because the URL may come from the
+    command line."""
+    if scn.target.kind == "sim":
+        return None
+    if override is not None:
+        problem = url_problem(override)
+        if problem is not None:
+            raise ScenarioError([f"--target-url: {problem}"])
+        return override
+    if scn.target.kind in URL_KINDS and not scn.target.base_url:
+        raise ScenarioError(
+            [
+                f"target.base_url: a target of kind {scn.target.kind!r} needs the server's "
+                f"URL; set target.base_url (e.g. {_URL_EXAMPLE}) or pass fairbench run "
+                "--target-url URL"
+            ]
+        )
+    return scn.target.base_url if scn.target.kind in URL_KINDS else None
+
+
 def _check_target(scn: Scenario) -> list[str]:
     t = scn.target
     problems: list[str] = []
+    for name in ("base_url", "metrics_url"):
+        url = getattr(t, name)
+        problem = None if url is None else url_problem(url, base=name == "base_url")
+        if problem is not None:
+            problems.append(f"target.{name}: {problem}")
     if t.api == "native" and t.kind not in ("sglang", "tgi"):
         problems.append(
             f"target.api: 'native' is for sglang (/generate) and tgi (/generate_stream); "
@@ -603,8 +722,56 @@ def load_scenario(path: str | Path) -> Scenario:
     return parse_scenario(data, source, path.parent)
 
 
+# pydantic writes a bound it cannot push into a validator-wrapped float (the unit fields) under
+# its own names; JSON Schema calls them these, and ignores the others without a word.
+_BOUND_KEYWORDS = {
+    "gt": "exclusiveMinimum",
+    "ge": "minimum",
+    "lt": "exclusiveMaximum",
+    "le": "maximum",
+}
+
+
+def _standard(node: Any) -> Any:
+    """The schema with pydantic's own keywords replaced by JSON Schema's (a copy)."""
+    if isinstance(node, list):
+        return [_standard(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {
+        key: _standard(value)
+        for key, value in node.items()
+        # OpenAPI's `discriminator` (not JSON Schema): each branch's `const` tag already says it
+        if not (key == "discriminator" and isinstance(value, dict) and "propertyName" in value)
+    }
+    bounds = {
+        key: out.pop(key)
+        for key in _BOUND_KEYWORDS
+        if isinstance(out.get(key), int | float) and not isinstance(out.get(key), bool)
+    }
+    if bounds:
+        _apply_bounds(out, bounds)
+    return out
+
+
+def _apply_bounds(node: dict[str, Any], bounds: dict[str, float]) -> None:
+    """Put pydantic's bounds on the numeric branches: a string in human units carries no
+    bound a pattern could check (`fairbench validate` checks its value)."""
+    if node.get("type") in ("number", "integer"):
+        node.update({_BOUND_KEYWORDS[key]: value for key, value in bounds.items()})
+        return
+    for branch in node.get("anyOf", []) + node.get("oneOf", []):
+        if isinstance(branch, dict):
+            _apply_bounds(branch, bounds)
+
+
 def json_schema() -> dict[str, Any]:
-    schema = Scenario.model_json_schema()
+    """The scenario format as a standard JSON Schema (draft 2020-12), for editors and CI.
+
+    Human units are strings with a pattern (`300ms`, `6/s`), numbers stay numbers with their
+    bounds, a length may be a bare token count, and the tagged unions are `oneOf`s whose
+    branches each require their tag (`dist`, `process`) as a `const`. What the schema cannot
+    say (cross-field rules, a unit string's range) `fairbench validate` still checks."""
+    schema = _standard(Scenario.model_json_schema())
     schema["title"] = "fairbench scenario"
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    return schema
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
