@@ -12,6 +12,7 @@ targets no model exists, and the basis is latency per token of prompt + output (
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -79,13 +80,11 @@ def starvation_block(df: pd.DataFrame, scn: Scenario, k: float = 10.0) -> dict[s
     k × that SLO (`starved`) or never came (`never_served`: timed out, cancelled, failed).
     Rejected requests are not here: they are the rejected share."""
     obs = censored.ttft_rows(df, scn.run.timeout)
-    slo = np.array(
-        [
-            (scn.slo_classes[c].ttft if c in scn.slo_classes else None) or np.nan
-            for c in df["slo_class"]
-        ],
-        dtype=float,
-    )
+    names = list(scn.slo_classes)
+    table = np.array([scn.slo_classes[c].ttft or np.nan for c in names] + [np.nan], dtype=float)
+    codes = pd.Categorical(np.asarray(df["slo_class"], dtype=object), categories=names).codes
+    slo = table[codes]
+
     has = obs.eligible & np.isfinite(slo)
     out: dict[str, dict[str, int]] = {}
     tenants = df["tenant"].to_numpy()
@@ -211,9 +210,7 @@ def fairness_over_time(df: pd.DataFrame, scn: Scenario, window_s: float) -> dict
     }
 
 
-def latency_cis(
-    latencies: dict[str, censored.RowObservations], rows: np.ndarray | None
-) -> dict[str, Any]:
+def latency_cis(latencies: Mapping[str, Any], rows: np.ndarray | None) -> dict[str, Any]:
     """p50/p90/p99 of TTFT, TPOT and E2E with 95% intervals, in ms, on the censored
     definition (fairbench.analysis.censored): the point always lies inside its interval."""
     out: dict[str, Any] = {}

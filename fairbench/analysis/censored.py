@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -37,13 +38,24 @@ from fairbench.analysis.stats import quantile_ci
 
 @dataclass(frozen=True)
 class Observations:
-    """Latencies (ns) of a group's admitted requests; `observed` False = right-censored."""
+    """Latencies (ns) of a group's admitted requests; `observed` False = right-censored.
+
+    The Kaplan–Meier curve is computed once per instance (`km`), so every percentile and
+    interval of one group costs one sort."""
 
     time: np.ndarray
     observed: np.ndarray
 
     def __len__(self) -> int:
         return len(self.time)
+
+    @cached_property
+    def km(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return _km(self)
+
+    @cached_property
+    def sorted_time(self) -> np.ndarray:
+        return np.sort(self.time)
 
     @property
     def unfinished(self) -> int:
@@ -188,17 +200,20 @@ def itl_max_rows(df: pd.DataFrame, timeout_s: float | None = None) -> RowObserva
 def _km(obs: Observations) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Event times, F at each, and Greenwood's variance of F there (events before censorings
     at equal times)."""
-    order = np.lexsort((~obs.observed, obs.time))
-    t, d = obs.time[order], obs.observed[order]
+    order = np.argsort(obs.time, kind="stable")
+    t = obs.time[order]
+    if len(t) > 1 and np.any(t[1:] == t[:-1]):  # ties: events first, as Kaplan–Meier wants
+        order = np.lexsort((~obs.observed, obs.time))
+        t = obs.time[order]
+    d = obs.observed[order]
     n = len(t)
-    at_risk = n - np.arange(n)
-    ev = d
+    at_risk = (n - np.arange(n)).astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
-        factor = np.where(ev, 1.0 - 1.0 / at_risk, 1.0)
+        factor = np.where(d, 1.0 - 1.0 / at_risk, 1.0)
         surv = np.cumprod(factor)
-        green = np.cumsum(np.where(ev & (at_risk > 1), 1.0 / (at_risk * (at_risk - 1.0)), 0.0))
+        green = np.cumsum(np.where(d & (at_risk > 1), 1.0 / (at_risk * (at_risk - 1.0)), 0.0))
     var = surv * surv * green
-    return t[ev], 1.0 - surv[ev], var[ev]
+    return t[d], 1.0 - surv[d], var[d]
 
 
 def quantile(obs: Observations, q: float) -> tuple[float, bool]:
@@ -208,12 +223,12 @@ def quantile(obs: Observations, q: float) -> tuple[float, bool]:
         return math.nan, False
     k = max(1, math.ceil(q * n))
     if obs.observed.all():
-        return float(np.partition(obs.time, k - 1)[k - 1]), False
-    times, cdf, _ = _km(obs)
-    hit = np.flatnonzero(cdf >= q - 1e-12)
-    if len(hit):
-        return float(times[hit[0]]), False
-    return float(np.partition(obs.time, k - 1)[k - 1]), True
+        return float(obs.sorted_time[k - 1]), False
+    times, cdf, _ = obs.km
+    hit = np.searchsorted(cdf, q - 1e-12, side="left")
+    if hit < len(times):
+        return float(times[hit]), False
+    return float(obs.sorted_time[k - 1]), True
 
 
 def quantile_estimate(obs: Observations, q: float, confidence: float = 0.95) -> QuantileEstimate:
@@ -222,12 +237,12 @@ def quantile_estimate(obs: Observations, q: float, confidence: float = 0.95) -> 
     if n == 0:
         return NAN_QUANTILE
     if unfinished == 0:
-        est = quantile_ci(obs.time, q, confidence)
+        est = quantile_ci(obs.sorted_time, q, confidence, presorted=True)
         return QuantileEstimate(est.value, est.low, est.high, n, 0, False)
     value, bound = quantile(obs, q)
     if bound:
         return QuantileEstimate(value, value, math.inf, n, unfinished, True)
-    times, cdf, var = _km(obs)
+    times, cdf, var = obs.km
     z = float(sps.norm.ppf(0.5 + confidence / 2))
     se = np.sqrt(np.maximum(var, 0.0))
     lo_hit = np.flatnonzero(cdf + z * se >= q - 1e-12)

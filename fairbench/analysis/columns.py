@@ -21,6 +21,7 @@ class Cols:
     """Per-request columns of one run (its measurement window) as numpy arrays."""
 
     __slots__ = (
+        "_memo",
         "admitted",
         "cls",
         "demand",
@@ -49,6 +50,7 @@ class Cols:
     )
 
     def __init__(self, **arrays: Any) -> None:
+        self._memo: dict[tuple[str, int], censored.Observations] = {}
         for name, value in arrays.items():
             setattr(self, name, value)
 
@@ -95,10 +97,7 @@ class Cols:
             output_tokens=df["output_tokens"].to_numpy(dtype=float),
             unloaded=np.maximum(np.asarray(unloaded_ns, dtype=float), 1.0),
             t=df["t_intended_ns"].to_numpy(dtype=float),
-            slo_ttft=np.array(
-                [(slos.get(c) or {}).get("ttft") or np.nan for c in df["slo_class"]], dtype=float
-            )
-            * 1e9,
+            slo_ttft=_per_class(df["slo_class"], classes, slos) * 1e9,
             solo_ttft=np.array([solo.get(t, np.nan) for t in tenants], dtype=float),
             window_s=float(window_s),
         )
@@ -112,15 +111,33 @@ class Cols:
             **{
                 name: getattr(self, name) if name in fixed else getattr(self, name)[idx]
                 for name in self.__slots__
+                if name != "_memo"
             }
         )
 
     def obs(self, which: str, mask: np.ndarray | None) -> censored.Observations:
-        time, seen, eligible = (getattr(self, f"{which}_{s}") for s in ("t", "o", "x"))
-        keep = eligible if mask is None else eligible & mask
-        return censored.Observations(time[keep], seen[keep])
+        """The group's observations of one latency (`ttft`, `e2e`, `tpot`); the same object for
+        the same group, so its Kaplan–Meier curve is computed once for every figure of it."""
+        key = (which, 0 if mask is None else hash(np.packbits(mask).tobytes()))
+        found = self._memo.get(key)
+        if found is None:
+            time, seen, eligible = (getattr(self, f"{which}_{s}") for s in ("t", "o", "x"))
+            keep = eligible if mask is None else eligible & mask
+            found = self._memo[key] = censored.Observations(time[keep], seen[keep])
+        return found
 
 
 def _codes(values: pd.Series, names: Sequence[str]) -> np.ndarray:
-    lookup = {name: k for k, name in enumerate(names)}
-    return np.array([lookup.get(v, -1) for v in values], dtype=np.int64)
+    """Integer codes of the names (−1 for a value not among them), vectorised."""
+    codes = pd.Categorical(np.asarray(values, dtype=object), categories=list(names)).codes
+    return codes.astype(np.int64)
+
+
+def _per_class(
+    values: pd.Series, classes: Sequence[str], slos: Mapping[str, Mapping[str, float | None]]
+) -> np.ndarray:
+    """Each request's class TTFT target in seconds (NaN where none)."""
+    table = np.array(
+        [(slos.get(c) or {}).get("ttft") or np.nan for c in classes] + [np.nan], dtype=float
+    )
+    return table[_codes(values, classes)]

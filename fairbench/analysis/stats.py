@@ -53,9 +53,12 @@ def quantile_distribution(sorted_x: np.ndarray, q: float) -> tuple[np.ndarray, n
     return sorted_x, np.clip(probs, 0.0, None)
 
 
-def quantile_ci(values: np.ndarray, q: float, confidence: float = 0.95) -> Estimate:
-    """The sample q-quantile with its exact bootstrap percentile interval."""
-    x = np.sort(values[np.isfinite(values)])
+def quantile_ci(
+    values: np.ndarray, q: float, confidence: float = 0.95, presorted: bool = False
+) -> Estimate:
+    """The sample q-quantile with its exact bootstrap percentile interval (`presorted`: the
+    values are finite and sorted already)."""
+    x = values if presorted else np.sort(values[np.isfinite(values)])
     n = len(x)
     if n == 0:
         return NAN_ESTIMATE

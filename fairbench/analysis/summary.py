@@ -52,13 +52,26 @@ SUMMARY_SCHEMA_VERSION = 2
 _PERCENTILES = (0.50, 0.90, 0.95, 0.99, 0.999)
 
 
-def _latencies(df: pd.DataFrame, timeout_s: float | None) -> dict[str, censored.RowObservations]:
+class _FromCols:
+    """A latency of the run's columns, selected per group through `Cols.obs`, so the summary's
+    percentiles, its intervals and the registry's figures share one Kaplan–Meier curve."""
+
+    def __init__(self, cols: Cols, which: str) -> None:
+        self.cols, self.which = cols, which
+
+    def select(self, rows: np.ndarray | None = None) -> censored.Observations:
+        return self.cols.obs(self.which, rows)
+
+
+def _latencies(
+    df: pd.DataFrame, timeout_s: float | None, cols: Cols
+) -> dict[str, censored.RowObservations | _FromCols]:
     return {
-        "ttft": censored.ttft_rows(df, timeout_s),
+        "ttft": _FromCols(cols, "ttft"),
         "ttft_sent": censored.ttft_rows(df, timeout_s, sent=True),
-        "tpot": censored.tpot_rows(df, timeout_s),
+        "tpot": _FromCols(cols, "tpot"),
         "itl_max": censored.itl_max_rows(df, timeout_s),
-        "e2e": censored.e2e_rows(df, timeout_s),
+        "e2e": _FromCols(cols, "e2e"),
         "e2e_sent": censored.e2e_rows(df, timeout_s, sent=True),
     }
 
@@ -99,7 +112,7 @@ def group_block(
     df: pd.DataFrame,
     met: np.ndarray,
     window_s: float,
-    latencies: Mapping[str, censored.RowObservations],
+    latencies: Mapping[str, censored.RowObservations | _FromCols],
     rows: np.ndarray | None = None,
 ) -> dict[str, Any]:
     counts = {s: int((df["status"] == s).sum()) for s in STATUSES}
@@ -243,8 +256,24 @@ def build_summary(
     df = records[(t >= start) & (t <= end)].reset_index(drop=True)
     window = end - start
     timeout_s = scn.run.timeout
-    met = m.slo_met(df, slo_table(scn)) if len(df) else np.zeros(0, dtype=bool)
-    latencies = _latencies(df, timeout_s)
+    names = {
+        "tenant": [t.id for t in scn.tenants],
+        "class": list(scn.slo_classes),
+        "workload": list(scn.workloads),
+    }
+    cols = Cols.of(
+        df,
+        slos=slo_table(scn),
+        classes=names["class"],
+        tenants=names["tenant"],
+        workloads=names["workload"],
+        window_s=window,
+        timeout_s=timeout_s,
+        unloaded_ns=unloaded_ns(df, scn)[0] if len(df) else np.zeros(0),
+        solo_ttft_p99_ns=solo_ttft_p99_ns,
+    )
+    met = cols.met
+    latencies = _latencies(df, timeout_s, cols)
     reasons = list(health.get("invalid_reasons", []))
     if not accounting.get("holds", False):
         reasons.append(f"accounting broken: {accounting.get('line')}")
@@ -277,11 +306,6 @@ def build_summary(
             summary[key][name] = group_block(group, met[rows], window, latencies, rows)
             summary[key][name]["latency_ci_ms"] = latency_cis(latencies, rows)
     summary["fairness"] = fairness_block(df, {t.id: t.weight for t in scn.tenants})
-    names = {
-        "tenant": [t.id for t in scn.tenants],
-        "class": list(scn.slo_classes),
-        "workload": list(scn.workloads),
-    }
     window_s = max(10.0, min(60.0, window / 10)) if window > 0 else 10.0
     timeline: dict[str, float | None] = {}
     if len(df):
@@ -300,17 +324,6 @@ def build_summary(
             "jain_backlogged": jw["mean"],
             "jain_backlogged_min": jw["min"],
         }
-    cols = Cols.of(
-        df,
-        slos=slo_table(scn),
-        classes=names["class"],
-        tenants=names["tenant"],
-        workloads=names["workload"],
-        window_s=window,
-        timeout_s=timeout_s,
-        unloaded_ns=unloaded_ns(df, scn)[0] if len(df) else np.zeros(0),
-        solo_ttft_p99_ns=solo_ttft_p99_ns,
-    )
     summary["metrics"] = metrics_block(cols, names, timeline)
     summary["fairness"]["solo_ttft_p99_ms"] = {
         t: round(v / 1e6, 4) for t, v in (solo_ttft_p99_ns or {}).items()
