@@ -5,8 +5,9 @@ Which lines are commands (README.md and docs/*.md):
 * in a fenced block tagged `bash`, `sh` or `shell`: every line, except blank lines and `#`
   comment lines; a line ending in `\\` continues on the next;
 * in a fenced block tagged `console`: the lines that start with `$ ` (the rest is output);
-* in any other fenced block: lines that start with `$ ` or `fairbench `; and in a YAML block
-  that is a GitHub Actions workflow (`jobs:`), every line of every step's `run:`;
+* in any other fenced block: lines that start with `$ ` or `fairbench `, except in a YAML
+  block that is a GitHub Actions workflow (`jobs:`), whose commands are every line of every
+  step's `run:`;
 * prose and inline code are never commands (`fairbench replays ...` is a sentence; the
   command table in the README is a synopsis).
 
@@ -17,15 +18,18 @@ them to it.
 
 How they run: each doc's commands run in the order shown (a run, then a report on its output),
 each with `bash -c` and a timeout, in a scratch copy of the repository (its tracked and
-untracked-but-not-ignored files, what a clone has), from its root. The copy keeps a command such
-as `cp reports/dog/summary.json .ci/baseline-summary.json` away from the checkout. `fairbench`
-and `python` on PATH are this interpreter (`python -m fairbench.cli`), and `python -m` imports
-the copy's code. Two things may differ from a reader's run, both listed below: `SHORTER`
-scenarios are cut to a few seconds in the copy, with the generator's load check relaxed (the
-command text is unchanged), and `SKIPPED`
-commands — an install, a real engine, a benchmark — are not run, each with its reason. There is
-no third way: a shown command that is not skipped is run, a skip that no doc shows any more
-fails, and `FIGURES` checks that figures quoted in a doc are the ones its commands produce.
+untracked-but-not-ignored files, what a clone has), from its root. The copy keeps a command
+such as `cp reports/dog-baseline/summary.json .ci/baseline-summary.json` away from the checkout.
+`fairbench` and `python` on PATH are this interpreter (`python -m fairbench.cli`), and
+`python -m` imports the copy's code.
+
+Two things may differ from a reader's run, both listed below. `SHORTER` scenarios are cut to a
+few seconds in the copy, with the generator's load check relaxed (the command text is
+unchanged). `SKIPPED` commands (an install, a real engine, a benchmark) are not run, each with
+its reason. There is no third way: a shown command that is not skipped is run, and a skip that
+no doc shows any more fails. `FIGURES` checks that figures a doc quotes are the ones its
+commands produce. Two more checks keep paths true: a skipped command's repository paths exist,
+and so does every path a doc links or names in backticks.
 """
 
 from __future__ import annotations
