@@ -1,15 +1,8 @@
 """Sweeps over scenario fields, Pareto fronts, and the knee (the highest load meeting the SLOs).
 
-A sweep file:
-
-    scenario: incident-fifo.yaml          # relative to the sweep file
-    grid:                                  # every combination (or `points:` for a list)
-      scheduler.policy: [fifo, dwrr, vtc]
-      scheduler.max_num_seqs: [16, 32, 64]
-    seeds: [1, 2]                          # optional: each point once per seed
-    parallel: 2                            # processes for simulated points
-
-Objectives and tables name metrics as fairbench.analysis.registry does.
+The sweep file format (`scenario`, `grid` or `points`, `seeds`, `parallel`) is documented, with
+examples that tests/test_docs_commands.py runs, in docs/sweeps.md. Objectives and tables name
+metrics as fairbench.analysis.registry does.
 """
 
 from __future__ import annotations
