@@ -11,7 +11,9 @@ What must hold, on the same plan under each policy:
 - prompts are calibrated exactly to the server's tokenizer (run.json's checks);
 - the server's metrics were scraped into the run, and vLLM's waiting queue was not empty
   (otherwise there was nothing for a scheduling policy to decide);
-- the A/B verdict: the interactive class's TTFT p99 is significantly lower under priority.
+- the A/B: the interactive class's TTFT p99 is far lower under priority, and its within-run
+  interval excludes no change — but one live pair cannot see run-to-run noise (three FCFS runs
+  of one plan gave 12.1, 3.1 and 2.1 s), so compare says `inconclusive`, never `better`.
 """
 
 from __future__ import annotations
@@ -89,6 +91,6 @@ def test_vllm_priority_beats_fcfs_for_interactive(tmp_path: Path) -> None:
         sys.stderr.write(f"{policy}: {json.dumps(summary['slo_classes']['interactive'])[:300]}\n")
     comparison = compare_dirs([runs["fcfs"]], [runs["priority"]], block_s=2.0)
     verdicts = {v.metric: v for v in comparison.verdicts}
-    ttft = verdicts["ttft_p99.interactive"]
-    assert ttft.verdict == "better", ttft.as_dict()
-    assert ttft.b < ttft.a / 2, ttft.as_dict()
+    ttft = verdicts["ttft_p99.class.interactive"]
+    assert ttft.verdict == "inconclusive" and "one pair" in ttft.reason, ttft.as_dict()
+    assert ttft.b < ttft.a / 2 and ttft.ci_high < 0, ttft.as_dict()
