@@ -104,10 +104,6 @@ def slo_table(scn: Scenario) -> dict[str, dict[str, float | None]]:
     }
 
 
-def _ms(values: dict[str, float | None]) -> dict[str, float | None]:
-    return {k: (None if v is None else round(v / 1e6, 4)) for k, v in values.items()}
-
-
 def group_block(
     df: pd.DataFrame,
     met: np.ndarray,
@@ -123,7 +119,10 @@ def group_block(
         name: latency_percentiles(obs.select(rows)) for name, obs in latencies.items()
     }
     queue = ok_df["queue_time_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
-    block["latency_ms"]["queue"] = _ms(m.percentiles(queue))
+    queue = queue[np.isfinite(queue)]  # what the target reported, for requests that ended ok
+    block["latency_ms"]["queue"] = latency_percentiles(
+        censored.Observations(queue, np.ones(len(queue), dtype=bool))
+    )
     out_tokens = float(ok_df["output_tokens"].sum())
     good = met.sum()
     block["throughput"] = {
