@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
+import yaml
 
 from fairbench.analysis import series
 from fairbench.decide.compare import Comparison, Verdict
@@ -145,8 +146,11 @@ def comparison_report(
             t = df["t_intended_ns"] / 1e9
             parts.append(df[(t >= lo) & (t <= hi)])
         windows[arm] = pd.concat(parts)
-    both = pd.concat(windows.values())
-    colors = Colors.of(both["tenant"], both["slo_class"])
+    scenarios = [
+        yaml.safe_load((d / "scenario.yaml").read_text(encoding="utf-8"))
+        for d in [*a_dirs, *b_dirs]
+    ]
+    colors = Colors.of_runs(scenarios, windows.values())
     for by, prefix in (("slo_class", "class"), ("tenant", "tenant")):
         for metric in ("TTFT", "E2E"):
             fig = go.Figure()

@@ -164,7 +164,7 @@ def service_shares(
             go.Scatter(
                 x=shares["t"],
                 y=shares["service"].get(tenant, []),
-                name=f"{tenant} service",
+                name=f"tenant {tenant}: service",
                 mode="lines+markers",
                 marker={"size": 4},
                 line={"color": color},
@@ -175,7 +175,8 @@ def service_shares(
             go.Scatter(
                 x=shares["t"],
                 y=shares["fair"].get(tenant, []),
-                name=f"{tenant} fair share",
+                name=f"tenant {tenant}: fair share",
+                mode="lines",
                 line={"color": color, "dash": "dot"},
                 legendgroup=tenant,
             )
@@ -232,9 +233,9 @@ def jain_and_slowdown_windows(
 def attainment_and_goodput(summary: Mapping[str, Any], colors: Colors) -> list[str]:
     """SLO attainment (a fraction) and goodput (req/s) per class and per tenant: two panels,
     so neither scale is read against the other's axis."""
-    groups = [
-        *((f"class {k}", v, colors.cls(k)) for k, v in summary["slo_classes"].items()),
-        *((f"tenant {k}", v, colors.tenant(k)) for k, v in summary["tenants"].items()),
+    groups = [  # class bars hatched: their palette is not the tenants'
+        *((f"class {k}", v, colors.cls(k), "/") for k, v in summary["slo_classes"].items()),
+        *((f"tenant {k}", v, colors.tenant(k), "") for k, v in summary["tenants"].items()),
     ]
     fig = make_subplots(
         rows=1,
@@ -242,7 +243,7 @@ def attainment_and_goodput(summary: Mapping[str, Any], colors: Colors) -> list[s
         subplot_titles=("SLO attainment", "goodput (requests meeting their SLO)"),
         horizontal_spacing=0.1,
     )
-    for label, g, color in groups:
+    for label, g, color, hatch in groups:
         att, good = g["slo_attainment"], g["goodput"]["requests_per_s"]
         for col, value, text in (
             (1, att, "-" if att is None else f"{att:.1%}"),
@@ -253,7 +254,7 @@ def attainment_and_goodput(summary: Mapping[str, Any], colors: Colors) -> list[s
                     x=[label],
                     y=[value or 0],
                     name=label,
-                    marker_color=color,
+                    marker={"color": color, "pattern": {"shape": hatch}},
                     legendgroup=label,
                     showlegend=col == 1,
                     text=[text],
@@ -287,8 +288,10 @@ def events(
         label = name.replace("scheduler_", "").removesuffix("_total")
         fig.add_trace(go.Scatter(x=s["t"], y=s["v"], name=f"server {label} (/s)"))
     shade_window(fig, window, t_end)
+    quiet = not any(any(ev[s]) for s in STATUS_COLORS) and not srv
     fig.update_layout(
-        title="Rejections, errors, timeouts by intended send time (and preemptions where reported)",
+        title="Rejections, errors, timeouts by intended send time (and preemptions where "
+        "reported)" + (" — none in this run" if quiet else ""),
         xaxis_title=RUN_CLOCK,
         yaxis_title="events per second (/s)",
         yaxis_rangemode="tozero",

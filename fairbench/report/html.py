@@ -60,6 +60,21 @@ class Colors:
 
         return cls(assign(tenants, TENANT_PALETTE), assign(classes, CLASS_PALETTE))
 
+    @classmethod
+    def of_runs(cls, scenarios: Iterable[Mapping[str, Any]], records: Iterable[Any]) -> Colors:
+        """The colours of the tenants and classes the runs' scenarios declare (the resolved
+        scenario.yaml, default classes included) and their records hold: the run page and the
+        A/B page of the same runs agree."""
+        tenants: set[str] = set()
+        classes: set[str] = set()
+        for scn in scenarios:
+            tenants |= {str(t["id"]) for t in scn.get("tenants", [])}
+            classes |= {str(c) for c in scn.get("slo_classes") or {}}
+        for df in records:
+            tenants |= set(df["tenant"])
+            classes |= set(df["slo_class"])
+        return cls.of(tenants, classes)
+
     def tenant(self, name: str) -> str:
         return self.tenants.get(name, "#444444")
 

@@ -168,13 +168,6 @@ def header_section(header: dict[str, Any], scenario_text: str) -> list[str]:
     ]
 
 
-def run_colors(scenario: dict[str, Any], summary: dict[str, Any], df: pd.DataFrame) -> Colors:
-    """Colours from every tenant and class the run names (the scenario's, and the records')."""
-    tenants = {t["id"] for t in scenario.get("tenants", [])} | set(summary["tenants"])
-    classes = set(scenario.get("slo_classes") or {}) | set(summary["slo_classes"])
-    return Colors.of(tenants | set(df["tenant"]), classes | set(df["slo_class"]))
-
-
 def run_report(run_dir: Path) -> tuple[str, str]:
     """(HTML, Markdown) for one run directory."""
     summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
@@ -192,7 +185,7 @@ def run_report(run_dir: Path) -> tuple[str, str]:
     slos = {k: v for k, v in scenario.get("slo_classes", {}).items()}
     weights = {tn["id"]: tn.get("weight", 1.0) for tn in scenario["tenants"]}
     unloaded, _ = unloaded_ns(window, parse_scenario(scenario))
-    colors = run_colors(scenario, summary, df)
+    colors = Colors.of_runs([scenario], [df])
     counts = window_counts(df, span)
     target = header.get("target", {})
     body = [
