@@ -247,6 +247,7 @@ def register_sweeps(app: typer.Typer) -> None:
             (senses[0], senses[1]),
             params=[r["params"] for r in rows],
             links=links,
+            more=list(zip(names[2:], senses[2:], strict=True)),
         )
         write_page(base / "report.html", page)
         out.print(f"results and report.html in {base}", markup=False, highlight=False)

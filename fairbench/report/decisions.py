@@ -240,71 +240,77 @@ def pareto_report(
     senses: tuple[str, str],
     params: list[dict[str, Any]] | None = None,
     links: list[str] | None = None,
+    more: list[tuple[str, str]] | None = None,
 ) -> str:
-    """Two objectives of a sweep, the front highlighted and dominated points greyed. Each point
-    is numbered on the plot, and the table below says which configuration each number is:
-    the swept parameters (`params`, one mapping per point; else its label) and a link to its
-    run report (`links`, relative to the page)."""
+    """A sweep's points on two objectives, the front highlighted and dominated points greyed.
+
+    Each point is numbered on the plot, and the table below says which configuration each
+    number is: the swept parameters (`params`, one mapping per point; else its label), every
+    objective's value, and a link to its run report (`links`, relative to the page). `more`:
+    further (name, sense) objectives: the front is over all of them, as the terminal's table
+    is, and they get a column each."""
     import numpy as np
 
     from fairbench.analysis.registry import metric_value
     from fairbench.decide.sweep import pareto_front
 
-    values = np.array([[metric_value(s, x), metric_value(s, y)] for s in summaries])
-    front = pareto_front(values, list(senses))
+    objectives = [(x, senses[0]), (y, senses[1]), *(more or [])]
+    values = np.array([[metric_value(s, n) for n, _ in objectives] for s in summaries])
+    front = pareto_front(values, [sense for _, sense in objectives])
     tags = [f"#{k}" for k in range(len(labels))]
     traces = []
     for on, name, color, size in (
         (False, "dominated", "#9e9e9e", 9),
-        (True, "front", "#d62728", 11),
+        (True, "on the front", "#d62728", 11),
     ):
         keep = front == on
+        order = np.argsort(values[keep, 0], kind="stable")  # along x, for reading
+        kept_tags = [t for t, k in zip(tags, keep, strict=True) if k]
+        kept_labels = [lbl for lbl, k in zip(labels, keep, strict=True) if k]
         traces.append(
             go.Scatter(
-                x=values[keep, 0],
-                y=values[keep, 1],
-                mode="markers+text" + ("+lines" if on else ""),
+                x=values[keep, 0][order],
+                y=values[keep, 1][order],
+                mode="markers+text",
                 name=f"{name} ({int(keep.sum())} points)",
                 marker={"color": color, "size": size},
-                text=[t for t, k in zip(tags, keep, strict=True) if k],
+                text=[kept_tags[i] for i in order],
                 textposition="top center",
-                hovertext=[lbl for lbl, k in zip(labels, keep, strict=True) if k],
+                hovertext=[kept_labels[i] for i in order],
                 hoverinfo="text+x+y",
             )
         )
     fig = go.Figure(traces)
+    over = " and ".join(n for n, _ in objectives)
     fig.update_layout(
-        title="Pareto front: each number is a sweep point (see the table)",
+        title=f"Pareto front over {over}; each number is a sweep point (see the table)",
         xaxis_title=axis_title(x, "higher is better" if senses[0] == "max" else "lower is better"),
         yaxis_title=axis_title(y, "higher is better" if senses[1] == "max" else "lower is better"),
     )
     keys: list[str] = sorted({k for p in params or [] for k in p})
-    head = ["point", *(keys or ["configuration"]), axis_title(x), axis_title(y), "front"]
+    head = ["point", *(keys or ["configuration"]), *(axis_title(n) for n, _ in objectives), "front"]
     rows = []
     for k, label in enumerate(labels):
-        name = _point_link(tags[k], links[k] if links else None)
         cells = (
             [html.escape(str(params[k].get(key, "-"))) for key in keys]
             if params
             else [html.escape(label)]
         )
-        on = bool(front[k])
         rows.append(
             [
-                name,
+                _point_link(tags[k], links[k] if links else None),
                 *cells,
-                f"{values[k, 0]:.4g}",
-                f"{values[k, 1]:.4g}",
-                "<b>yes</b>" if on else "dominated",
+                *(f"{v:.4g}" for v in values[k]),
+                "<b>yes</b>" if front[k] else "dominated",
             ]
         )
+    goals = ", ".join(f"{html.escape(n)} ({sense})" for n, sense in objectives)
     return page(
         "fairbench sweep",
         [
             "<h1>Sweep: Pareto front</h1>",
-            f"<p class='note'>{len(labels)} points; objectives {html.escape(x)} "
-            f"({senses[0]}) and {html.escape(y)} ({senses[1]}), from each point's "
-            "summary.json (measurement window).</p>",
+            f"<p class='note'>{len(labels)} points; objectives {goals}, from each point's "
+            "summary.json (measurement window). The plot shows the first two.</p>",
             fig_html(fig, "pareto", height=480),
             "<h2>Points</h2>",
             table(head, rows, left=tuple(range(1 + max(1, len(keys))))),

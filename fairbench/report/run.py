@@ -247,19 +247,25 @@ def server_metrics_section(server: pd.DataFrame, kind: str) -> list[str]:
     gauges = go.Figure()
     rates = go.Figure()
     quant = go.Figure()
-    for r in rows:
+    for k, r in enumerate(rows):
         family = r["metric"].removesuffix("_total")
+        color = SERIES_PALETTE[k % len(SERIES_PALETTE)]  # a series keeps its colour
         if r["type"] == "gauge":
             t, v = sm.gauge(server, family)
-            gauges.add_trace(go.Scatter(x=t, y=v, name=r["metric"]))
+            gauges.add_trace(go.Scatter(x=t, y=v, name=r["metric"], line={"color": color}))
         elif r["type"] == "counter":
             t, v = sm.counter_rate(server, family)
-            rates.add_trace(go.Scatter(x=t, y=v, name=f"{r['metric']} /s"))
+            rates.add_trace(go.Scatter(x=t, y=v, name=f"{r['metric']} /s", line={"color": color}))
         elif r["type"] == "histogram":
             h = sm.histogram_over_time(server, family)
             for q, dash in (("p50", "dot"), ("p99", "solid")):
                 quant.add_trace(
-                    go.Scatter(x=h["t"], y=h[q], name=f"{r['metric']} {q}", line={"dash": dash})
+                    go.Scatter(
+                        x=h["t"],
+                        y=h[q],
+                        name=f"{r['metric']} {q}",
+                        line={"dash": dash, "color": color},
+                    )
                 )
     gauges.update_layout(
         title="Gauges (summed over labels)",
@@ -280,6 +286,9 @@ def server_metrics_section(server: pd.DataFrame, kind: str) -> list[str]:
         if fig.data:
             out.append(fig_html(fig, fid))
     return out
+
+
+SERIES_PALETTE = ["#0969da", "#cf222e", "#1a7f37", "#8250df", "#bc4c00", "#1b7c83", "#6e7781"]
 
 
 def write_run_report(run_dir: Path) -> None:
