@@ -258,31 +258,32 @@ def pareto_report(
     values = np.array([[metric_value(s, n) for n, _ in objectives] for s in summaries])
     front = pareto_front(values, [sense for _, sense in objectives])
     tags = [f"#{k}" for k in range(len(labels))]
+    scales = (_scale(values[:, 0]), _scale(values[:, 1]))
+    shown = _cluster_labels(values[:, :2], scales, front)
     traces = []
     for on, name, color, size in (
         (False, "dominated", "#9e9e9e", 9),
         (True, "on the front", "#d62728", 11),
     ):
-        keep = front == on
-        order = np.argsort(values[keep, 0], kind="stable")  # along x, for reading
-        kept_tags = [t for t, k in zip(tags, keep, strict=True) if k]
-        kept_labels = [lbl for lbl, k in zip(labels, keep, strict=True) if k]
+        keep = np.flatnonzero(front == on)
         traces.append(
             go.Scatter(
-                x=values[keep, 0][order],
-                y=values[keep, 1][order],
+                x=values[keep, 0],
+                y=values[keep, 1],
                 mode="markers+text",
-                name=f"{name} ({int(keep.sum())} points)",
+                name=f"{name} ({len(keep)} points)",
                 marker={"color": color, "size": size},
-                text=[kept_tags[i] for i in order],
+                text=[shown[k] for k in keep],
                 textposition="top center",
-                hovertext=[kept_labels[i] for i in order],
+                hovertext=[f"{tags[k]}: {labels[k]}" for k in keep],
                 hoverinfo="text+x+y",
             )
         )
     fig = go.Figure(traces)
     over = " and ".join(n for n, _ in objectives)
     fig.update_layout(
+        xaxis_type=scales[0],
+        yaxis_type=scales[1],
         title=f"Pareto front over {over}; each number is a sweep point (see the table)",
         xaxis_title=axis_title(x, "higher is better" if senses[0] == "max" else "lower is better"),
         yaxis_title=axis_title(y, "higher is better" if senses[1] == "max" else "lower is better"),
@@ -300,7 +301,7 @@ def pareto_report(
             [
                 _point_link(tags[k], links[k] if links else None),
                 *cells,
-                *(f"{v:.4g}" for v in values[k]),
+                *(_num(v) for v in values[k]),
                 "<b>yes</b>" if front[k] else "dominated",
             ]
         )
@@ -316,6 +317,47 @@ def pareto_report(
             table(head, rows, left=tuple(range(1 + max(1, len(keys))))),
         ],
     )
+
+
+def _cluster_labels(xy: Any, scales: tuple[str, str], front: Any) -> list[str]:
+    """The number each point shows: points that would sit on top of one another (within 2 %
+    of the axis span, on the axis' scale) share one label, "#1 #3 #5", drawn on a front point
+    where there is one; the others show none."""
+    import numpy as np
+
+    pos = np.array(xy, dtype=float)
+    for axis, scale in enumerate(scales):
+        col = pos[:, axis]
+        if scale == "log":
+            col = np.log10(col)
+        span = np.nanmax(col) - np.nanmin(col) if np.isfinite(col).any() else 0.0
+        pos[:, axis] = (col - np.nanmin(col)) / span if span > 0 else 0.0
+    shown = [""] * len(pos)
+    done: set[int] = set()
+    for k in sorted(range(len(pos)), key=lambda i: (not front[i], i)):
+        if k in done:
+            continue
+        near = [
+            j for j in range(len(pos)) if j not in done and np.all(np.abs(pos[j] - pos[k]) <= 0.02)
+        ]
+        done.update(near)
+        shown[k] = " ".join(f"#{j}" for j in sorted(near))
+    return shown
+
+
+def _scale(values: Any) -> str:
+    """A log axis where positive values span more than 20×: a latency objective of an
+    overloaded point would otherwise flatten every other point onto one line."""
+    import numpy as np
+
+    v = values[np.isfinite(values)]
+    return "log" if len(v) and v.min() > 0 and v.max() / v.min() > 20 else "linear"
+
+
+def _num(v: float) -> str:
+    if not math.isfinite(v):
+        return "-"
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
 
 
 def _point_link(tag: str, href: str | None) -> str:
