@@ -26,7 +26,7 @@ from fairbench.report import (
     write_page,
     write_run_report,
 )
-from fairbench.report.html import PLOTLY_JS, Colors
+from fairbench.report.html import PLOTLY_JS, Colors, install_plotly, plotly_js
 from fairbench.run import RunOptions
 from fairbench.workload.scenario import parse_scenario
 from tests.cli import run_cli
@@ -236,6 +236,29 @@ def test_ab_history_and_pareto_pages(tmp_path: Path) -> None:
     assert_readable_figures(page, Colors.of([], []))
 
 
+def test_plotly_js_is_one_file_shared_by_hard_links(tmp_path: Path) -> None:
+    runs = [tmp_path / "reports" / name for name in ("r1", "r2")]
+    for run in runs:
+        run.mkdir(parents=True)
+        install_plotly(run, run.parent)
+    install_plotly(runs[0], runs[0].parent)  # again: nothing changes
+    shared = tmp_path / "reports" / PLOTLY_JS
+    inodes = {(p / PLOTLY_JS).stat().st_ino for p in runs} | {shared.stat().st_ino}
+    assert len(inodes) == 1 and shared.read_bytes() == plotly_js()
+    # a stale copy (another plotly version) above is replaced, and linked again
+    shared.unlink()
+    shared.write_bytes(b"/* plotly.js v0 */")
+    install_plotly(runs[1], runs[1].parent)
+    assert shared.read_bytes() == plotly_js()
+    assert (runs[1] / PLOTLY_JS).stat().st_ino == shared.stat().st_ino
+    # no directory to share with: the run gets a copy of its own
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    install_plotly(lone, tmp_path / "missing" / "dir")
+    assert (lone / PLOTLY_JS).read_bytes() == plotly_js()
+    assert not list(tmp_path.rglob(".*.tmp"))  # no temporary file left behind
+
+
 def test_step_detection_flags_lasting_shifts_not_outliers() -> None:
     rng = np.random.default_rng(0)
     steady = 100 + rng.normal(0, 1, 12)
@@ -333,6 +356,22 @@ def test_the_report_renders_in_a_real_browser_offline(tmp_path: Path) -> None:
     keep_screenshot(shot, "run-100k.png")
 
 
+def missing_plotly_notice(page_path: Path) -> bool:
+    """Whether the page shows its "plotly.min.js is missing" notice."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page()
+        page.route(
+            "**/*", lambda r: r.continue_() if r.request.url.startswith("file:") else r.abort()
+        )
+        page.goto(page_path.as_uri())
+        shown = page.is_visible("#no-plotly")
+        browser.close()
+    return shown
+
+
 def keep_screenshot(shot: Path, name: str) -> None:
     keep = os.environ.get("FAIRBENCH_SCREENSHOT_DIR")
     if keep:  # CI can keep them for people to look at
@@ -376,6 +415,11 @@ def test_every_page_renders_in_a_real_browser_offline(tmp_path: Path) -> None:
         "sweep.png": (base / "report.html", 1),
         "history.png": (history, 4),
     }
+    # a page copied without its plotly.min.js says so, instead of showing empty boxes
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    shutil.copy(ab, lone / "ab.html")
+    assert missing_plotly_notice(lone / "ab.html")
     for name, (path, at_least) in pages.items():
         assert_self_contained(path)
         shot = tmp_path / name
