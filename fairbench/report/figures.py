@@ -288,7 +288,9 @@ def events(
         label = name.replace("scheduler_", "").removesuffix("_total")
         fig.add_trace(go.Scatter(x=s["t"], y=s["v"], name=f"server {label} (/s)"))
     shade_window(fig, window, t_end)
-    quiet = not any(any(ev[s]) for s in STATUS_COLORS) and not srv
+    quiet = not any(any(ev[s]) for s in STATUS_COLORS) and not any(
+        any(v["v"]) for v in srv.values()
+    )
     fig.update_layout(
         title="Rejections, errors, timeouts by intended send time (and preemptions where "
         "reported)" + (" — none in this run" if quiet else ""),
