@@ -3,26 +3,33 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
+import yaml
 
-from fairbench.analysis.series import cdf, detect_step
+from fairbench.analysis.series import cdf, detect_step, shares_over_time
 from fairbench.decide.compare import compare_dirs
 from fairbench.pipeline import run_scenario
 from fairbench.report import (
     comparison_report,
     history_report,
     pareto_report,
+    write_page,
     write_run_report,
 )
+from fairbench.report.html import PLOTLY_JS, Colors, install_plotly, plotly_js
 from fairbench.run import RunOptions
 from fairbench.workload.scenario import parse_scenario
+from tests.cli import run_cli
 
 SCENARIO = {
     "name": "report-test",
@@ -45,30 +52,89 @@ SCENARIO = {
 }
 
 
+# an embeddings tenant: its requests stream no token, and are served when the response arrives
+EMBED = {
+    **SCENARIO,
+    "workloads": {**SCENARIO["workloads"], "emb": {"endpoint": "embeddings", "prompt_tokens": 300}},
+    "tenants": [
+        *SCENARIO["tenants"],
+        {"id": "e", "mix": "emb", "arrival": {"process": "poisson", "rate": 10}},
+    ],
+}
+
+
 def sim_run(
-    tmp_path: Path, name: str, policy: str = "fifo", seed: int = 1, rate: float = 20
+    tmp_path: Path,
+    name: str,
+    policy: str = "fifo",
+    seed: int = 1,
+    rate: float = 20,
+    base: dict[str, Any] = SCENARIO,
 ) -> Path:
-    data = {**SCENARIO, "scheduler": {**SCENARIO["scheduler"], "policy": policy}}
+    data = {**base, "scheduler": {**base["scheduler"], "policy": policy}}
     data["tenants"] = [
         {**data["tenants"][0], "arrival": {"process": "poisson", "rate": rate}},
-        data["tenants"][1],
+        *data["tenants"][1:],
     ]
     run_dir = run_scenario(parse_scenario(data), RunOptions(out=tmp_path / name, seed=seed)).run_dir
     write_run_report(run_dir)
     return run_dir
 
 
-def assert_self_contained(page: str) -> None:
+def assert_self_contained(path: Path) -> str:
+    """The page opens offline: the only script it loads is plotly.min.js beside it (present),
+    nothing is fetched from elsewhere, and plotly.js is not inlined in it."""
+    page = path.read_text()
     assert page.count("js-plotly-lazy") >= 1
-    assert not re.search(r"<script[^>]+src=", page)  # nothing to fetch
-    assert not re.search(r"<link[^>]+href=[\"']https?:", page)
-    assert page.count("plotly.js v") <= 2  # the library is embedded once (its banner)
+    assert re.findall(r"<script[^>]+src=['\"]([^'\"]+)", page) == [PLOTLY_JS]
+    assert (path.parent / PLOTLY_JS).read_bytes().startswith(b"/**\n* plotly.js v")
+    assert not re.search(r"(src|href)=['\"]?(https?:)?//", page)
+    assert "plotly.js v" not in page and len(page) < 2_000_000
+    return page
+
+
+def figures_of(page: str) -> dict[str, dict[str, Any]]:
+    """Each lazily drawn figure's plotly JSON, by its id."""
+    found = re.findall(r'<script type="application/json" id="([^"]+)-data">(.*?)</script>', page)
+    return {fid: json.loads(data.replace("<\\/", "</")) for fid, data in found}
+
+
+def trace_color(trace: dict[str, Any]) -> str | None:
+    return (trace.get("line") or {}).get("color") or (trace.get("marker") or {}).get("color")
+
+
+def assert_readable_figures(page: str, colors: Colors) -> int:
+    """Every figure: a legend, a title on every axis with its unit in parentheses, and each
+    trace that names a tenant or a class in that tenant's or class's one colour."""
+    figs = figures_of(page)
+    assert figs
+    for fid, fig in figs.items():
+        layout = fig["layout"]
+        assert layout.get("showlegend") is True, fid
+        axes = [k for k in layout if re.fullmatch(r"[xy]axis\d*", k)]
+        assert {"xaxis", "yaxis"} <= set(axes), fid
+        for axis in axes:
+            title = (layout[axis].get("title") or {}).get("text") or ""
+            if axis[0] == "x" and layout[axis].get("matches"):
+                continue  # a shared x axis of stacked panels: titled on the bottom panel
+            assert "(" in title and ")" in title, (fid, axis, title)
+        for trace in fig["data"]:
+            name = trace.get("name", "")
+            for tenant, color in colors.tenants.items():
+                if re.search(rf"(tenant {tenant}\b|^{tenant} (service|fair share))", name):
+                    assert trace_color(trace) == color, (fid, name)
+            for cls, color in colors.classes.items():
+                if f"class {cls}" in name:
+                    assert trace_color(trace) == color, (fid, name)
+    return len(figs)
 
 
 def test_a_run_writes_a_self_contained_report_and_markdown(tmp_path: Path) -> None:
-    run = sim_run(tmp_path, "r")
-    page = (run / "report.html").read_text()
-    assert_self_contained(page)
+    run = sim_run(tmp_path, "r", base=EMBED)
+    page = assert_self_contained(run / "report.html")
+    assert_readable_figures(
+        page, Colors.of(["a", "b", "e"], ["batch", "best-effort", "interactive"])
+    )
     for fid in (
         "cdf-tenant-ttft",
         "cdf-class-e2e",
@@ -82,32 +148,115 @@ def test_a_run_writes_a_self_contained_report_and_markdown(tmp_path: Path) -> No
     ):
         assert f'id="{fid}"' in page, fid
     assert "VALID" in page and "report-test" in page
+    # the run header is a table, its raw JSON collapsed
+    assert "<td>target.kind</td><td>sim</td>" in page.replace(" class='l'", "")
+    assert "<details><summary>run.json (raw)</summary>" in page
     md = (run / "summary.md").read_text()
     assert md.startswith("## fairbench: report-test — VALID")
     assert "| tenant a |" in md and "| class batch |" in md
 
 
+def test_the_key_table_says_what_warm_up_and_cool_down_left_out(tmp_path: Path) -> None:
+    run = sim_run(tmp_path, "r")
+    summary = json.loads((run / "summary.json").read_text())
+    t = pd.read_parquet(run / "records.parquet")["t_intended_ns"] / 1e9
+    lo, hi = summary["window_s"]
+    warm, cool, inside = int((t < lo).sum()), int((t > hi).sum()), summary["overall"]["requests"]
+    assert warm > 0 and cool > 0 and warm + cool + inside == len(t)
+    page = (run / "report.html").read_text()
+    assert (
+        f"in [{lo:g} s, {hi:g} s] — {inside} of {len(t)} planned. Warm-up (before {lo:g} s) "
+        f"excluded {warm}, cool-down (after {hi:g} s) excluded {cool}"
+    ) in page
+    ok = summary["overall"]["counts"]["ok"]
+    assert "<th>ok / in window</th>" in page and f"<td>{ok}/{inside}</td>" in page
+    md = (run / "summary.md").read_text()
+    assert f"warm-up excluded {warm}, cool-down excluded {cool}" in md
+
+
+def test_service_shares_count_embeddings_as_the_summary_does(tmp_path: Path) -> None:
+    run = sim_run(tmp_path, "r", base=EMBED)
+    summary = json.loads((run / "summary.json").read_text())
+    df = pd.read_parquet(run / "records.parquet")
+    lo, hi = summary["window_s"]
+    t = df["t_intended_ns"] / 1e9
+    window = df[(t >= lo) & (t <= hi)]
+    assert window.loc[window["tenant"] == "e", "t_first_token_ns"].isna().all()  # no token
+    weights = {"a": 1.0, "b": 1.0, "e": 1.0}
+    # every window of the plotted range serves the embeddings tenant
+    plotted = shares_over_time(window, weights, 5.0, start_s=lo, end_s=hi)
+    assert plotted["t"] and min(plotted["service"]["e"]) > 0
+    # over all windows, the service adds up to the summary's, tenant by tenant
+    every = shares_over_time(window, weights, 5.0, start_s=lo)
+    total = np.array(every["total_tokens"])
+    for tenant, block in summary["fairness"]["tenants"].items():
+        got = float((np.array(every["service"][tenant]) * total).sum())
+        assert got == pytest.approx(block["service_tokens"], rel=1e-9), tenant
+        assert block["share_of_fair"] is not None and block["service_tokens"] > 0
+
+
 def test_ab_history_and_pareto_pages(tmp_path: Path) -> None:
     a, b = sim_run(tmp_path, "a", "fifo"), sim_run(tmp_path, "b", "vtc")
-    page = comparison_report(
-        compare_dirs([a], [b], resamples=200), [a], [b], "A/B", "-  policy: fifo\n+  policy: vtc"
+    comparison = compare_dirs([a], [b], resamples=200)
+    path = write_page(
+        tmp_path / "ab.html",
+        comparison_report(comparison, [a], [b], "A/B", "-  policy: fifo\n+  policy: vtc", tmp_path),
     )
-    assert_self_contained(page)
+    page = assert_self_contained(path)
+    assert_readable_figures(page, Colors.of(["a", "b"], ["batch", "best-effort", "interactive"]))
     assert "policy: vtc" in page and "Verdicts (B vs A)" in page and 'id="ab-cdf-tenant"' in page
+    # both arms' values beside the change, CI and verdict
+    assert "<th>A</th><th>B</th><th>change (B − A)</th><th>95% CI</th>" in page
+    p99 = next(v for v in comparison.verdicts if v.metric == "ttft_p99")
+    assert (
+        f"<td>{p99.a / 1e6:.1f} ms</td><td>{p99.b / 1e6:.1f} ms</td><td>{p99.diff:+.1%}</td>"
+        in page
+    )
+    att = next(v for v in comparison.verdicts if v.metric == "slo_attainment")
+    assert f"<td>{att.a:.1%}</td><td>{att.b:.1%}</td>" in page
+    assert "<a href='a/report.html'>a</a>" in page  # the runs, linked relative to the page
     summaries = [
         {"overall": {"latency_ms": {"ttft": {"p99": v}}}}
         for v in [100, 101, 99, 100, 102, 130, 131, 129, 132, 130]
     ]
     page = history_report(summaries, [f"n{k}" for k in range(10)], ["ttft_p99"])
     assert "ttft_p99: +29.9% from run n5" in page
+    assert_readable_figures(page, Colors.of([], []))
     page = pareto_report(
         ["x", "y"],
-        [{"overall": {"goodput": {"requests_per_s": 1.0}}}] * 2,
+        [{"overall": {"goodput": {"requests_per_s": v}}} for v in (1.0, 2.0)],
         "goodput",
         "ttft_p99",
         ("max", "min"),
+        params=[{"scheduler.policy": "fifo"}, {"scheduler.policy": "vtc"}],
+        links=["p0/report.html", "p1/report.html"],
     )
-    assert 'id="pareto"' in page
+    assert 'id="pareto"' in page and "<th class='l'>scheduler.policy</th>" in page
+    assert "<a href='p1/report.html'>#1</a></td><td class='l'>vtc</td>" in page
+    assert_readable_figures(page, Colors.of([], []))
+
+
+def test_plotly_js_is_one_file_shared_by_hard_links(tmp_path: Path) -> None:
+    runs = [tmp_path / "reports" / name for name in ("r1", "r2")]
+    for run in runs:
+        run.mkdir(parents=True)
+        install_plotly(run, run.parent)
+    install_plotly(runs[0], runs[0].parent)  # again: nothing changes
+    shared = tmp_path / "reports" / PLOTLY_JS
+    inodes = {(p / PLOTLY_JS).stat().st_ino for p in runs} | {shared.stat().st_ino}
+    assert len(inodes) == 1 and shared.read_bytes() == plotly_js()
+    # a stale copy (another plotly version) above is replaced, and linked again
+    shared.unlink()
+    shared.write_bytes(b"/* plotly.js v0 */")
+    install_plotly(runs[1], runs[1].parent)
+    assert shared.read_bytes() == plotly_js()
+    assert (runs[1] / PLOTLY_JS).stat().st_ino == shared.stat().st_ino
+    # no directory to share with: the run gets a copy of its own
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    install_plotly(lone, tmp_path / "missing" / "dir")
+    assert (lone / PLOTLY_JS).read_bytes() == plotly_js()
+    assert not list(tmp_path.rglob(".*.tmp"))  # no temporary file left behind
 
 
 def test_step_detection_flags_lasting_shifts_not_outliers() -> None:
@@ -166,7 +315,8 @@ def browser_check(
         page.goto(page_path.as_uri())
         # open: the verdict and tables are there, and the figures in view are drawn
         page.wait_for_function(
-            f"[...document.querySelectorAll('.js-plotly-lazy')].filter({drawn}).length >= 2",
+            f"[...document.querySelectorAll('.js-plotly-lazy')].filter({drawn}).length >= "
+            "Math.min(2, document.querySelectorAll('.js-plotly-lazy').length)",
             timeout=20_000,
         )
         loaded = time.perf_counter() - start
@@ -203,9 +353,80 @@ def test_the_report_renders_in_a_real_browser_offline(tmp_path: Path) -> None:
     assert errors == [] and fetched == []
     assert plots >= 13 and rendered == plots
     assert shot.stat().st_size > 50_000
+    keep_screenshot(shot, "run-100k.png")
+
+
+def missing_plotly_notice(page_path: Path) -> bool:
+    """Whether the page shows its "plotly.min.js is missing" notice."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page()
+        page.route(
+            "**/*", lambda r: r.continue_() if r.request.url.startswith("file:") else r.abort()
+        )
+        page.goto(page_path.as_uri())
+        shown = page.is_visible("#no-plotly")
+        browser.close()
+    return shown
+
+
+def keep_screenshot(shot: Path, name: str) -> None:
     keep = os.environ.get("FAIRBENCH_SCREENSHOT_DIR")
-    if keep:  # CI can keep it for people to look at
-        shutil.copy(shot, Path(keep) / "report.png")
+    if keep:  # CI can keep them for people to look at
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        shutil.copy(shot, Path(keep) / name)
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="no chromium on this machine (apt-get install chromium)"
+)
+def test_every_page_renders_in_a_real_browser_offline(tmp_path: Path) -> None:
+    """The A/B, quarterly, sweep and history pages, and a run page moved out of its sweep:
+    each opens offline, draws every figure, logs no console error and fetches nothing."""
+    pytest.importorskip("playwright", reason="playwright is in the dev extra")
+    base = sweep_dir(tmp_path, points=2)
+    moved = tmp_path / "moved-run"
+    shutil.move(base / "point-000", moved)
+    runs = tmp_path / "runs"
+    arms = {
+        arm: [sim_run(runs, f"{arm}-{seed}", policy, seed, base=EMBED) for seed in (1, 2)]
+        for arm, policy in (("A", "fifo"), ("B", "vtc"))
+    }
+    ab, quarterly, history = runs / "ab.html", runs / "quarterly.html", runs / "history.html"
+    for args in (
+        ("--compare", str(arms["A"][0]), str(arms["B"][0]), "--out", str(ab)),
+        (
+            "--quarterly",
+            *(f"--a={d}" for d in arms["A"]),
+            *(f"--b={d}" for d in arms["B"]),
+            "--out",
+            str(quarterly),
+        ),
+        ("--history", *map(str, arms["A"] + arms["B"]), "--out", str(history)),
+    ):
+        done = run_cli("report", *args)
+        assert done.returncode == 0, done.stderr
+    pages = {
+        "run.png": (moved / "report.html", 13),
+        "ab.png": (ab, 4),
+        "quarterly.png": (quarterly, 4),
+        "sweep.png": (base / "report.html", 1),
+        "history.png": (history, 4),
+    }
+    # a page copied without its plotly.min.js says so, instead of showing empty boxes
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    shutil.copy(ab, lone / "ab.html")
+    assert missing_plotly_notice(lone / "ab.html")
+    for name, (path, at_least) in pages.items():
+        assert_self_contained(path)
+        shot = tmp_path / name
+        plots, rendered, errors, fetched, _ = browser_check(path, shot)
+        assert errors == [] and fetched == [], (name, errors, fetched)
+        assert plots >= at_least and rendered == plots, (name, plots, rendered)
+        keep_screenshot(shot, name)
 
 
 def test_report_cli_quarterly_and_history(tmp_path: Path) -> None:
@@ -229,3 +450,41 @@ def test_report_cli_quarterly_and_history(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert 'id="history-0"' in hist.read_text()
+
+
+def sweep_dir(tmp_path: Path, points: int = 3) -> Path:
+    """`fairbench sweep` over `points` scheduler policies (two points run in parallel)."""
+    scenario = {**EMBED, "run": {"duration": "30s", "warmup": "5s", "cooldown": "5s"}}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(scenario))
+    policies = ["fifo", "vtc", "dwrr", "wfq", "sfq"][:points]
+    (tmp_path / "sweep.yaml").write_text(
+        yaml.safe_dump(
+            {"scenario": "s.yaml", "grid": {"scheduler.policy": policies}, "parallel": 2}
+        )
+    )
+    base = tmp_path / "sweep"
+    done = run_cli("sweep", str(tmp_path / "sweep.yaml"), "--out", str(base), timeout=300)
+    assert done.returncode == 0, done.stderr
+    return base
+
+
+def test_a_sweep_stores_plotly_once_and_labels_its_points(tmp_path: Path) -> None:
+    base = sweep_dir(tmp_path)
+    points = sorted(base.glob("point-*"))
+    assert len(points) == 3
+    copies = [p / PLOTLY_JS for p in points] + [base / PLOTLY_JS]
+    # every page has its plotly.min.js, and all of them are one file on disk
+    assert len({(c.stat().st_dev, c.stat().st_ino) for c in copies}) == 1
+    assert sum(1 for _ in base.rglob("*.js")) == 4 and (base / PLOTLY_JS).stat().st_nlink >= 4
+    for path in [base / "report.html", *(p / "report.html" for p in points)]:
+        assert_self_contained(path)
+    page = (base / "report.html").read_text()
+    for k, policy in enumerate(["fifo", "vtc", "dwrr"]):
+        assert (
+            f"<a href='point-{k:03d}/report.html'>#{k}</a></td><td class='l'>{policy}</td>" in page
+        )
+    # a run directory moved away keeps a working copy of plotly.js
+    moved = tmp_path / "elsewhere" / "run"
+    moved.parent.mkdir()
+    shutil.move(points[0], moved)
+    assert_self_contained(moved / "report.html")

@@ -43,30 +43,68 @@ def binned(t_s: np.ndarray, bin_s: float, t_end: float) -> np.ndarray:
 
 
 def shares_over_time(
-    df: pd.DataFrame, weights: dict[str, float], window_s: float
+    df: pd.DataFrame,
+    weights: dict[str, float],
+    window_s: float,
+    start_s: float | None = None,
+    end_s: float | None = None,
 ) -> dict[str, Any]:
     """Per window: each tenant's share of the service delivered, and its weighted max-min fair
-    share given what it asked for in that window."""
-    served = df[df["t_first_token_ns"].notna() & (df["status"] == "ok")]
+    share given what it asked for in that window.
+
+    Service is counted as the summary counts it (fairbench.analysis.metrics.service_tokens, so
+    the shares add up to the run's `fairness` block): a request is served from its first
+    response to its last byte — a streamed one from its first token, one that streams no token
+    (an embedding, a non-streamed completion) when its response arrives. Times are on the run
+    clock (seconds since t0); windows run from `start_s` (default: the first intended send) to
+    `end_s` (default: the last service; the report stops at the measurement window's end, after
+    which only stragglers of the window are still being served)."""
     tenants = sorted(weights)
+    empty: dict[str, Any] = {"t": [], "service": {}, "fair": {}, "total_tokens": []}
+    cost_all = m.service_tokens(df)
+    served = df[cost_all > 0]
     if not len(served):
-        return {"t": [], "service": {}, "fair": {}}
-    t0 = df["t_intended_ns"].min()
-    start = (served["t_first_token_ns"].to_numpy(float) - t0) / 1e9
-    end = np.maximum((served["t_done_ns"].to_numpy(float) - t0) / 1e9, start + 1e-9)
-    cost = m.service_tokens(served)
-    arrive = (df["t_intended_ns"].to_numpy(float) - t0) / 1e9
+        return empty
+    # the first response as TTFT counts it: the first token, or the response if none streamed
+    start = (m.ttft_ns(served) + served["t_intended_ns"].to_numpy(np.float64)) / 1e9
+    last = served["t_done_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
+    last = (
+        np.where(
+            np.isnan(last),
+            served["t_last_token_ns"].to_numpy(dtype=np.float64, na_value=np.nan),
+            last,
+        )
+        / 1e9
+    )
+    start = np.where(np.isnan(start), last, start)
+    end = np.maximum(last, start)
+    known = np.isfinite(start) & np.isfinite(end)
+    start, end = start[known], end[known]
+    cost = cost_all[cost_all > 0][known]
+    names = served["tenant"].to_numpy()[known]
+    if not len(start):
+        return empty
+    span = np.maximum(end - start, 1e-9)
+    arrive = df["t_intended_ns"].to_numpy(float) / 1e9
     demand_cost = df["prompt_tokens"].to_numpy(float) + 2 * df["max_tokens"].to_numpy(float)
-    names, who = served["tenant"].to_numpy(), df["tenant"].to_numpy()
+    who = df["tenant"].to_numpy()
     w = np.array([weights[t] for t in tenants])
     out: dict[str, Any] = {
         "t": [],
         "service": {t: [] for t in tenants},
         "fair": {t: [] for t in tenants},
+        "total_tokens": [],
     }
-    for lo in np.arange(0.0, float(end.max()), window_s):
+    first = float(arrive.min()) if start_s is None else float(start_s)
+    # to the last service inclusive (an instant at the very end still falls in a window)
+    stop = float(end.max()) + 1e-9 if end_s is None else float(end_s)
+    for lo in np.arange(first, stop, window_s):
         hi = lo + window_s
-        inside = np.clip(np.minimum(end, hi) - np.maximum(start, lo), 0, None) / (end - start)
+        # the part of each request's service inside [lo, hi); a service with no duration
+        # (start == end) is counted whole in the window that holds its instant
+        overlap = np.clip(np.minimum(end, hi) - np.maximum(start, lo), 0, None) / span
+        instant = (end - start <= 0) & (start >= lo) & (start < hi)
+        inside = np.where(end - start <= 0, instant.astype(float), overlap)
         got = np.array([(cost * inside)[names == t].sum() for t in tenants])
         want = np.array(
             [demand_cost[(who == t) & (arrive >= lo) & (arrive < hi)].sum() for t in tenants]
@@ -76,6 +114,7 @@ def shares_over_time(
             continue
         fair = m.water_fill(np.maximum(want, got), w, total)
         out["t"].append(float(lo))
+        out["total_tokens"].append(float(total))
         for k, t in enumerate(tenants):
             out["service"][t].append(float(got[k] / total))
             out["fair"][t].append(float(fair[k] / total))
@@ -83,9 +122,9 @@ def shares_over_time(
 
 
 def events_over_time(df: pd.DataFrame, bin_s: float = 1.0) -> dict[str, Any]:
-    """Requests per second by outcome (rejections, errors, timeouts) by intended time."""
-    t0 = df["t_intended_ns"].min()
-    t = (df["t_intended_ns"].to_numpy(float) - t0) / 1e9
+    """Requests per second by outcome (rejections, errors, timeouts) by intended time, on the
+    run clock (seconds since t0, as every time axis of the report)."""
+    t = df["t_intended_ns"].to_numpy(float) / 1e9
     end = float(t.max()) if len(t) else 0.0
     out = {"t": np.arange(0.0, end + bin_s, bin_s)[:-1].tolist() if len(t) else []}
     for status in ("rejected", "error", "timeout"):
@@ -154,12 +193,12 @@ def detect_step(
 
 def queue_depth(df: pd.DataFrame, step_s: float = 1.0) -> dict[str, list[float]]:
     """Waiting requests over time from the records: arrived (intended time) but not yet admitted
-    (intended + queue time), for targets that report queue time (the reference scheduler)."""
+    (intended + queue time), for targets that report queue time (the reference scheduler).
+    Times on the run clock (seconds since t0)."""
     queued = df["queue_time_ns"].notna().to_numpy()
     if not queued.any():
         return {"t": [], "depth": []}
-    t0 = df["t_intended_ns"].min()
-    arrive = np.sort((df["t_intended_ns"].to_numpy(float)[queued] - t0) / 1e9)
+    arrive = np.sort(df["t_intended_ns"].to_numpy(float)[queued] / 1e9)
     admit = np.sort(arrive + df["queue_time_ns"].to_numpy(float)[queued] / 1e9)
     grid = np.arange(0.0, float(arrive.max()) + step_s, step_s)
     depth = np.searchsorted(arrive, grid, side="right") - np.searchsorted(admit, grid, "right")
@@ -170,7 +209,8 @@ def worst_slowdown_windows(
     df: pd.DataFrame, unloaded_ns: np.ndarray, window_s: float
 ) -> tuple[list[float], list[float]]:
     """Per window (by intended time): slowest tenant's mean slowdown ÷ fastest tenant's, where a
-    request's slowdown is its E2E ÷ its unloaded latency."""
+    request's slowdown is its E2E ÷ its unloaded latency. Window starts on the run clock
+    (seconds since t0), from the first intended send: the grid of the summary's windowed Jain."""
     ok = (df["status"] == "ok").to_numpy()
     t = df["t_intended_ns"].to_numpy(float) / 1e9
     slow = m.e2e_ns(df) / unloaded_ns
@@ -179,7 +219,7 @@ def worst_slowdown_windows(
     for lo in np.arange(t.min(), t.max(), window_s) if len(t) else []:
         sel = ok & (t >= lo) & (t < lo + window_s) & np.isfinite(slow)
         means = [slow[sel & (tenants == x)].mean() for x in set(tenants[sel])]
-        starts.append(float(lo - t.min()))
+        starts.append(float(lo))
         values.append(
             float(max(means) / min(means)) if len(means) > 1 and min(means) > 0 else float("nan")
         )

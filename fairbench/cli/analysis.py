@@ -236,14 +236,20 @@ def register_sweeps(app: typer.Typer) -> None:
         out.print(
             front_table(f"sweep of {file}", labels, [r["summary"] for r in rows], names, senses)
         )
-        from fairbench.report import pareto_report
+        from fairbench.report import pareto_report, write_page
 
-        (base / "report.html").write_text(
-            pareto_report(
-                labels, [r["summary"] for r in rows], names[0], names[1], (senses[0], senses[1])
-            ),
-            encoding="utf-8",
+        links = [f"{Path(r['run_dir']).name}/report.html" for r in rows]
+        page = pareto_report(
+            labels,
+            [r["summary"] for r in rows],
+            names[0],
+            names[1],
+            (senses[0], senses[1]),
+            params=[r["params"] for r in rows],
+            links=links,
+            more=list(zip(names[2:], senses[2:], strict=True)),
         )
+        write_page(base / "report.html", page)
         out.print(f"results and report.html in {base}", markup=False, highlight=False)
 
     @app.command()
@@ -359,7 +365,7 @@ def register_report(app: typer.Typer) -> None:
         out_file: Annotated[Path | None, typer.Option("--out")] = None,
     ) -> None:
         """Write HTML reports (offline, self-contained): per run, an A/B document, or history."""
-        from fairbench.report import comparison_report, history_report
+        from fairbench.report import comparison_report, history_report, write_page
 
         runs = list(runs or [])
         if history:
@@ -382,8 +388,10 @@ def register_report(app: typer.Typer) -> None:
                 err.print(f"cannot compare: {error}", markup=False, highlight=False)
                 raise typer.Exit(2) from None
             changed = _what_changed(a_dirs[0], b_dirs[0])
-            page = comparison_report(comparison, a_dirs, b_dirs, "Scheduler A/B report", changed)
             target = out_file or Path("reports") / "ab-report.html"
+            page = comparison_report(
+                comparison, a_dirs, b_dirs, "Scheduler A/B report", changed, target.parent
+            )
         else:
             for run in runs:
                 write_run_report(run)
@@ -393,8 +401,7 @@ def register_report(app: typer.Typer) -> None:
                     highlight=False,
                 )
             return
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(page, encoding="utf-8")
+        write_page(target, page)
         out.print(f"wrote {target}", markup=False, highlight=False)
 
 

@@ -3,9 +3,12 @@ Markdown summary (`markdown`), and the A/B, history and Pareto pages (`decisions
 the page pieces in `html`.
 
 Renders what `analysis` and `decide` computed; computes nothing of its own. Only `cli` imports it.
+Pages load plotly.js from a `plotly.min.js` beside them: write every page with `write_page`
+(or `write_run_report`), which puts it there, hard-linked to one shared copy.
 """
 
 from fairbench.report.decisions import comparison_report, history_report, pareto_report
+from fairbench.report.html import write_page
 from fairbench.report.markdown import markdown_summary
 from fairbench.report.run import run_report, write_run_report
 
@@ -15,5 +18,6 @@ __all__ = [
     "markdown_summary",
     "pareto_report",
     "run_report",
+    "write_page",
     "write_run_report",
 ]

@@ -1,7 +1,10 @@
 """One function per figure of the run report: data in, an HTML fragment out.
 
 Each figure reads the run's summary, records or scraped series and computes nothing of its own
-beyond downsampling for drawing (fairbench.analysis.series). To add a figure, write a function
+beyond downsampling for drawing (fairbench.analysis.series). Every figure colours a tenant or
+class by the page's `Colors`, names its axes with units, and shows a legend; every time axis is
+the run clock (seconds since t0) with warm-up and cool-down shaded, so figures line up with one
+another and with the measurement window the tables cover. To add a figure, write a function
 here and add it to the list in `fairbench.report.run.run_report`.
 """
 
@@ -12,23 +15,57 @@ from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from fairbench.analysis import series
-from fairbench.report.html import COLORS, fig_html, ms
+from fairbench.report.html import Colors, fig_html, ms
+
+RUN_CLOCK = "time since run start (s)"
+INTENDED_CLOCK = "intended send time (s since run start)"
+STATUS_COLORS = {"rejected": "#cf222e", "error": "#bc4c00", "timeout": "#8250df"}
+METRIC_KEY = {"TTFT": "ttft", "TPOT": "tpot", "E2E": "e2e"}
 
 
-def latency_cdfs(df: pd.DataFrame, slos: Mapping[str, Any], by: str, prefix: str) -> list[str]:
-    """TTFT, TPOT and E2E CDFs, a line per group, with each class's SLO as a dashed line."""
+def shade_window(fig: go.Figure, window: tuple[float, float], t_end: float | None) -> None:
+    """Grey out warm-up and cool-down: what lies there is outside the tables' window."""
+    lo, hi = window
+    if lo > 0:
+        fig.add_vrect(x0=0, x1=lo, fillcolor="#888", opacity=0.12, line_width=0, layer="below")
+        fig.add_annotation(
+            x=lo / 2, y=1, yref="paper", text="warm-up", showarrow=False, font={"size": 10}
+        )
+    if t_end is not None and t_end > hi:
+        fig.add_vrect(x0=hi, x1=t_end, fillcolor="#888", opacity=0.12, line_width=0, layer="below")
+        fig.add_annotation(
+            x=(hi + t_end) / 2,
+            y=1,
+            yref="paper",
+            text="cool-down",
+            showarrow=False,
+            font={"size": 10},
+        )
+
+
+def latency_cdfs(
+    df: pd.DataFrame, slos: Mapping[str, Any], by: str, prefix: str, colors: Colors
+) -> list[str]:
+    """TTFT, TPOT and E2E CDFs, a line per group, with each class's SLO as a dashed line in
+    that class's colour."""
     out = []
+    palette = colors.by(by)
     for metric, groups in series.latency_cdfs(df, by).items():
         fig = go.Figure()
-        for k, (name, (x, y)) in enumerate(groups.items()):
+        for name, (x, y) in groups.items():
             fig.add_trace(
                 go.Scatter(
-                    x=x, y=y, name=str(name), mode="lines", line={"color": COLORS[k % len(COLORS)]}
+                    x=x,
+                    y=y,
+                    name=f"{prefix} {name}",
+                    mode="lines",
+                    line={"color": palette.get(name, "#444")},
                 )
             )
-        key = {"TTFT": "ttft", "TPOT": "tpot", "E2E": "e2e"}[metric]
+        key = METRIC_KEY[metric]
         for cls, slo in slos.items():
             if slo.get(key):  # a trace, not add_vline: on a log axis vlines take log10(x)
                 fig.add_trace(
@@ -36,31 +73,34 @@ def latency_cdfs(df: pd.DataFrame, slos: Mapping[str, Any], by: str, prefix: str
                         x=[slo[key] * 1e3] * 2,
                         y=[0, 1],
                         mode="lines",
-                        name=f"{cls} {metric} SLO",
-                        line={"dash": "dash", "color": "grey", "width": 1},
+                        name=f"class {cls} {metric} SLO ({slo[key] * 1e3:g} ms)",
+                        line={"dash": "dash", "color": colors.cls(cls), "width": 1.5},
                     )
                 )
         fig.update_layout(
-            title=f"{metric} CDF by {prefix}",
-            xaxis_title=f"{metric} (ms)",
-            yaxis_title="fraction of requests",
+            title=f"{metric} CDF by {prefix} (ok requests in the measurement window)",
+            xaxis_title=f"{metric} (ms, log scale)",
+            yaxis_title="fraction of requests (0–1)",
             xaxis_type="log",
         )
         out.append(fig_html(fig, f"cdf-{prefix}-{metric.lower()}"))
     return out
 
 
-def ttft_p99_over_time(summary: Mapping[str, Any]) -> list[str]:
+def ttft_p99_over_time(
+    summary: Mapping[str, Any], window: tuple[float, float], t_end: float
+) -> list[str]:
     """The rolling-window TTFT p99 behind the drift figure, with the drift and trend test."""
     drift = summary.get("drift", {}).get("ttft_p99", {})
     if not drift.get("windows"):
         return []
+    width = drift.get("window_s")
     fig = go.Figure(
         go.Scatter(
             x=[w["start_s"] for w in drift["windows"]],
             y=[w["p99_ms"] for w in drift["windows"]],
             mode="lines+markers",
-            name="TTFT p99",
+            name=f"TTFT p99 per {width:g} s window" if width else "TTFT p99 per window",
         )
     )
     d = drift.get("drift")
@@ -70,11 +110,16 @@ def ttft_p99_over_time(summary: Mapping[str, Any]) -> list[str]:
             f" — drift {d['relative']:+.1%} [{d['ci_low']:+.1%}, {d['ci_high']:+.1%}],"
             f" trend p={d['trend_p']:.2f}"
         )
-    fig.update_layout(title=title, xaxis_title="intended time (s)", yaxis_title="ms")
+    shade_window(fig, window, t_end)
+    fig.update_layout(
+        title=title, xaxis_title=f"window start, {INTENDED_CLOCK}", yaxis_title="TTFT p99 (ms)"
+    )
     return [fig_html(fig, "ttft-p99-time")]
 
 
-def queue_depth(df: pd.DataFrame, server: pd.DataFrame | None) -> list[str]:
+def queue_depth(
+    df: pd.DataFrame, server: pd.DataFrame | None, window: tuple[float, float], t_end: float
+) -> list[str]:
     """The server's queue depth where it reports one, else the waiting count from records."""
     qs = series.server_series(server, ("scheduler_queue_depth",))
     fig = go.Figure()
@@ -83,143 +128,211 @@ def queue_depth(df: pd.DataFrame, server: pd.DataFrame | None) -> list[str]:
             go.Scatter(
                 x=qs["scheduler_queue_depth"]["t"],
                 y=qs["scheduler_queue_depth"]["v"],
-                name="server queue depth",
+                name="server queue depth (scraped)",
             )
         )
     else:
         q = series.queue_depth(df)
-        fig.add_trace(go.Scatter(x=q["t"], y=q["depth"], name="waiting (from records)"))
-    fig.update_layout(title="Queue depth", xaxis_title="time (s)", yaxis_title="waiting")
+        fig.add_trace(
+            go.Scatter(x=q["t"], y=q["depth"], name="waiting: arrived, not yet admitted (records)")
+        )
+    shade_window(fig, window, t_end)
+    fig.update_layout(
+        title="Queue depth",
+        xaxis_title=RUN_CLOCK,
+        yaxis_title="requests waiting (count)",
+        yaxis_rangemode="tozero",
+    )
     return [fig_html(fig, "queue-depth")]
 
 
 def service_shares(
-    window: pd.DataFrame, weights: Mapping[str, float], lo: float, hi: float
+    window_df: pd.DataFrame,
+    weights: Mapping[str, float],
+    window: tuple[float, float],
+    colors: Colors,
 ) -> list[str]:
-    """Each tenant's service share per window beside its weighted max-min fair share."""
-    shares = series.shares_over_time(window, weights, max(5.0, (hi - lo) / 30))
+    """Each tenant's service share per window beside its weighted max-min fair share (service
+    counted as the summary's fairness block counts it)."""
+    lo, hi = window
+    step = max(5.0, (hi - lo) / 30)
+    shares = series.shares_over_time(window_df, dict(weights), step, start_s=lo, end_s=hi)
     fig = go.Figure()
-    for k, tenant in enumerate(sorted(weights)):
-        color = COLORS[k % len(COLORS)]
+    for tenant in sorted(weights):
+        color = colors.tenant(tenant)
         fig.add_trace(
             go.Scatter(
                 x=shares["t"],
                 y=shares["service"].get(tenant, []),
-                name=f"{tenant} service",
+                name=f"tenant {tenant}: service",
+                mode="lines+markers",
+                marker={"size": 4},
                 line={"color": color},
+                legendgroup=tenant,
             )
         )
         fig.add_trace(
             go.Scatter(
                 x=shares["t"],
                 y=shares["fair"].get(tenant, []),
-                name=f"{tenant} fair share",
+                name=f"tenant {tenant}: fair share",
+                mode="lines",
                 line={"color": color, "dash": "dot"},
+                legendgroup=tenant,
             )
         )
     fig.update_layout(
-        title="Service share vs weighted max-min fair share, per window",
-        xaxis_title="time (s)",
-        yaxis_title="share",
+        title=f"Service share vs weighted max-min fair share, per {step:g} s window "
+        "(requests in the measurement window; service = prompt + 2 × output tokens)",
+        xaxis_title=f"window start, {RUN_CLOCK}",
+        yaxis_title="share of service delivered (0–1)",
+        yaxis_range=[0, 1.02],
     )
-    return [fig_html(fig, "shares")]
+    return [fig_html(fig, "shares", height=420)]
 
 
 def jain_and_slowdown_windows(
-    window: pd.DataFrame, fair: Mapping[str, Any], unloaded: Any
+    window_df: pd.DataFrame, fair: Mapping[str, Any], unloaded: Any
 ) -> list[str]:
-    """Jain's index per window and the worst-case slowdown ratio per window, on two axes."""
+    """Jain's index per window and the worst-case slowdown ratio per window, one above the
+    other on the same time axis."""
     jw = fair.get("jain_windows") or {}
     step = float(jw.get("window_s") or 1.0)
-    fig = go.Figure(
+    t0 = float(window_df["t_intended_ns"].min()) / 1e9 if len(window_df) else 0.0
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
+    fig.add_trace(
         go.Scatter(
-            x=[k * step for k in range(len(jw.get("values", [])))],
+            x=[t0 + k * step for k in range(len(jw.get("values", [])))],
             y=jw.get("values", []),
             mode="lines+markers",
-            name="Jain",
-        )
+            name="Jain's index over service ÷ fair share",
+            line={"color": "#1f6feb"},
+        ),
+        row=1,
+        col=1,
     )
-    ws, worst = series.worst_slowdown_windows(window, unloaded, step)
+    ws, worst = series.worst_slowdown_windows(window_df, unloaded, step)
     fig.add_trace(
-        go.Scatter(x=ws, y=worst, mode="lines+markers", name="worst slowdown ratio", yaxis="y2")
+        go.Scatter(
+            x=ws,
+            y=worst,
+            mode="lines+markers",
+            name="worst ÷ best tenant mean slowdown",
+            line={"color": "#bc4c00"},
+        ),
+        row=2,
+        col=1,
     )
-    fig.update_layout(
-        title=f"Jain's index and worst-case slowdown ratio per {step:g} s window",
-        xaxis_title="time (s)",
-        yaxis={"title": "Jain", "range": [0, 1.05]},
-        yaxis2={"title": "worst ÷ best tenant slowdown", "overlaying": "y", "side": "right"},
-    )
-    return [fig_html(fig, "jain-windows")]
+    fig.update_yaxes(title_text="Jain's index (0–1, 1 = fair)", range=[0, 1.05], row=1, col=1)
+    fig.update_yaxes(title_text="slowdown ratio (×, 1 = even)", row=2, col=1)
+    fig.update_xaxes(title_text=f"window start, {RUN_CLOCK}", row=2, col=1)
+    fig.update_layout(title=f"Jain's index and worst-case slowdown ratio per {step:g} s window")
+    return [fig_html(fig, "jain-windows", height=520)]
 
 
-def attainment_and_goodput(summary: Mapping[str, Any]) -> list[str]:
-    """SLO attainment and goodput per class and per tenant."""
-    groups = {
-        **{f"class {k}": v for k, v in summary["slo_classes"].items()},
-        **{f"tenant {k}": v for k, v in summary["tenants"].items()},
-    }
-    fig = go.Figure(
-        [
-            go.Bar(
-                x=list(groups),
-                y=[g["slo_attainment"] or 0 for g in groups.values()],
-                offsetgroup=0,
-                name="SLO attainment",
-            ),
-            go.Bar(
-                x=list(groups),
-                y=[g["goodput"]["requests_per_s"] or 0 for g in groups.values()],
-                offsetgroup=1,
-                name="goodput req/s",
-                yaxis="y2",
-            ),
-        ]
+def attainment_and_goodput(summary: Mapping[str, Any], colors: Colors) -> list[str]:
+    """SLO attainment (a fraction) and goodput (req/s) per class and per tenant: two panels,
+    so neither scale is read against the other's axis."""
+    groups = [  # class bars hatched: their palette is not the tenants'
+        *((f"class {k}", v, colors.cls(k), "/") for k, v in summary["slo_classes"].items()),
+        *((f"tenant {k}", v, colors.tenant(k), "") for k, v in summary["tenants"].items()),
+    ]
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        subplot_titles=("SLO attainment", "goodput (requests meeting their SLO)"),
+        horizontal_spacing=0.1,
     )
-    fig.update_layout(
-        title="SLO attainment and goodput",
-        barmode="group",
-        yaxis={"title": "attainment", "range": [0, 1.05]},
-        yaxis2={"title": "req/s", "overlaying": "y", "side": "right"},
-    )
-    return [fig_html(fig, "attainment")]
+    for label, g, color, hatch in groups:
+        att, good = g["slo_attainment"], g["goodput"]["requests_per_s"]
+        for col, value, text in (
+            (1, att, "-" if att is None else f"{att:.1%}"),
+            (2, good, "-" if good is None else f"{good:.2f}"),
+        ):
+            fig.add_trace(
+                go.Bar(
+                    x=[label],
+                    y=[value or 0],
+                    name=label,
+                    marker={"color": color, "pattern": {"shape": hatch}},
+                    legendgroup=label,
+                    showlegend=col == 1,
+                    text=[text],
+                    textposition="outside",
+                ),
+                row=1,
+                col=col,
+            )
+    fig.update_yaxes(title_text="attainment (fraction of requests, 0–1)", range=[0, 1.1], col=1)
+    fig.update_yaxes(title_text="goodput (req/s)", col=2)
+    fig.update_xaxes(title_text="group (SLO class or tenant)")
+    fig.update_layout(title="SLO attainment and goodput, measurement window")
+    return [fig_html(fig, "attainment", height=460, top=90)]
 
 
-def events(df: pd.DataFrame, server: pd.DataFrame | None) -> list[str]:
+def events(
+    df: pd.DataFrame, server: pd.DataFrame | None, window: tuple[float, float], t_end: float
+) -> list[str]:
     """Rejections, errors and timeouts per second (and the server's preemptions if scraped)."""
     ev = series.events_over_time(df)
     srv = series.server_series(
         server, ("scheduler_preempt_count_total", "scheduler_demotions_total")
     )
     fig = go.Figure(
-        [go.Scatter(x=ev["t"], y=ev[s], name=f"{s} /s") for s in ("rejected", "error", "timeout")]
+        [
+            go.Scatter(x=ev["t"], y=ev[s], name=f"{s} (req/s)", line={"color": STATUS_COLORS[s]})
+            for s in ("rejected", "error", "timeout")
+        ]
     )
     for name, s in srv.items():
-        fig.add_trace(go.Scatter(x=s["t"], y=s["v"], name=name.replace("scheduler_", "")))
+        label = name.replace("scheduler_", "").removesuffix("_total")
+        fig.add_trace(go.Scatter(x=s["t"], y=s["v"], name=f"server {label} (/s)"))
+    shade_window(fig, window, t_end)
+    quiet = not any(any(ev[s]) for s in STATUS_COLORS) and not any(
+        any(v["v"]) for v in srv.values()
+    )
     fig.update_layout(
-        title="Rejections, errors, timeouts (and preemptions where reported)",
-        xaxis_title="time (s)",
-        yaxis_title="per second",
+        title="Rejections, errors, timeouts by intended send time (and preemptions where "
+        "reported)" + (" — none in this run" if quiet else ""),
+        xaxis_title=RUN_CLOCK,
+        yaxis_title="events per second (/s)",
+        yaxis_rangemode="tozero",
     )
     return [fig_html(fig, "events")]
 
 
-def send_lag(df: pd.DataFrame, health: Mapping[str, Any]) -> list[str]:
+def send_lag(
+    df: pd.DataFrame, health: Mapping[str, Any], window: tuple[float, float], t_end: float
+) -> list[str]:
     """The generator's send lag per request, with the INVALID line."""
     lag = series.send_lag(df)
     fig = go.Figure(
         go.Scattergl(
-            x=lag["t"], y=lag["lag_ms"], mode="markers", marker={"size": 3}, name="send lag"
+            x=lag["t"],
+            y=lag["lag_ms"],
+            mode="markers",
+            marker={"size": 3},
+            name="send lag per request",
         )
     )
-    fig.add_hline(
-        y=health["send_lag_threshold_ms"],
-        line_dash="dash",
-        line_color="red",
-        annotation_text="INVALID above (p99)",
+    limit = health["send_lag_threshold_ms"]
+    fig.add_trace(
+        go.Scatter(
+            x=[0, t_end],
+            y=[limit, limit],
+            mode="lines",
+            name=f"INVALID if p99 above {limit:g} ms",
+            line={"dash": "dash", "color": "red"},
+        )
     )
+    shade_window(fig, window, t_end)
+    title = f"Generator send lag (p99 {ms(health['send_lag_ms'].get('p99'))} ms)"
+    if health.get("virtual_time"):
+        title += " — virtual time: requests are sent exactly on time"
     fig.update_layout(
-        title=f"Generator send lag (p99 {ms(health['send_lag_ms'].get('p99'))} ms)",
-        xaxis_title="intended time (s)",
-        yaxis_title="ms",
+        title=title,
+        xaxis_title=INTENDED_CLOCK,
+        yaxis_title="send lag (ms)",
+        yaxis_rangemode="tozero",
     )
     return [fig_html(fig, "send-lag")]

@@ -7,14 +7,25 @@ from typing import Any
 from fairbench.report.html import ms, num
 
 
-def markdown_summary(summary: dict[str, Any]) -> str:
+def markdown_summary(summary: dict[str, Any], excluded: tuple[int, int] | None = None) -> str:
+    """The verdict, the accounting line and the key table. `excluded`: how many requests
+    warm-up and cool-down left out of the window (counted from the records by the caller)."""
     state = "VALID" if summary["valid"] else "INVALID: " + "; ".join(summary["invalid_reasons"])
+    lo, hi = summary["window_s"]
+    scope = f"Measurement window [{lo:g} s, {hi:g} s] by intended send time: " + (
+        f"{summary['overall']['requests']} requests; warm-up excluded {excluded[0]}, "
+        f"cool-down excluded {excluded[1]}."
+        if excluded is not None
+        else f"{summary['overall']['requests']} requests."
+    )
     lines = [
         f"## fairbench: {summary['scenario']} — {state}",
         "",
         f"{summary['accounting']['line']}",
         "",
-        "| group | ok | TTFT p50 ms | TTFT p99 ms | E2E p99 ms | SLO attainment |",
+        scope,
+        "",
+        "| group | ok / in window | TTFT p50 ms | TTFT p99 ms | E2E p99 ms | SLO attainment |",
         "|---|---|---|---|---|---|",
     ]
     for label, block in [
@@ -25,7 +36,7 @@ def markdown_summary(summary: dict[str, Any]) -> str:
         lat = block["latency_ms"]
         att = block["slo_attainment"]
         lines.append(
-            f"| {label} | {block['counts']['ok']} | {ms(lat['ttft']['p50'])} | "
+            f"| {label} | {block['counts']['ok']}/{block['requests']} | {ms(lat['ttft']['p50'])} | "
             f"{ms(lat['ttft']['p99'])} | {ms(lat['e2e']['p99'])} | "
             f"{'-' if att is None else f'{att:.1%}'} |"
         )

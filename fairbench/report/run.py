@@ -19,7 +19,18 @@ import yaml
 from fairbench.analysis import server_metrics as sm
 from fairbench.analysis.blocks import unloaded_ns
 from fairbench.report import figures
-from fairbench.report.html import fig_html, ms, num, page, table
+from fairbench.report.html import (
+    Colors,
+    fig_html,
+    flatten,
+    ms,
+    num,
+    page,
+    swatch,
+    table,
+    text_of,
+    write_page,
+)
 from fairbench.report.markdown import markdown_summary
 from fairbench.targets.engines import engine
 from fairbench.workload.scenario import parse_scenario
@@ -32,18 +43,41 @@ def verdict_html(summary: dict[str, Any]) -> str:
     return f"<h2 class='invalid'>INVALID</h2><ul>{reasons}</ul>"
 
 
-def key_table(summary: dict[str, Any]) -> str:
+def window_counts(df: pd.DataFrame, window: tuple[float, float]) -> dict[str, int]:
+    """How many records the measurement window holds and how many warm-up and cool-down left
+    out (by intended send time, as the summary selects them)."""
+    t = df["t_intended_ns"].to_numpy(dtype=float) / 1e9
+    lo, hi = window
+    return {
+        "records": len(df),
+        "window": int(((t >= lo) & (t <= hi)).sum()),
+        "warmup": int((t < lo).sum()),
+        "cooldown": int((t > hi).sum()),
+    }
+
+
+def window_note(counts: dict[str, int], window: tuple[float, float]) -> str:
+    lo, hi = window
+    return (
+        f"The tables and figures cover the measurement window: requests whose intended send "
+        f"time is in [{lo:g} s, {hi:g} s] — {counts['window']} of {counts['records']} planned. "
+        f"Warm-up (before {lo:g} s) excluded {counts['warmup']}, cool-down (after {hi:g} s) "
+        f"excluded {counts['cooldown']}; the accounting line above counts all of them."
+    )
+
+
+def key_table(summary: dict[str, Any], colors: Colors, caption: str = "") -> str:
     rows = []
-    for label, block in [
-        ("overall", summary["overall"]),
-        *((f"tenant {k}", v) for k, v in summary["tenants"].items()),
-        *((f"class {k}", v) for k, v in summary["slo_classes"].items()),
+    for label, block, color in [
+        ("overall", summary["overall"], None),
+        *((f"tenant {k}", v, colors.tenant(k)) for k, v in summary["tenants"].items()),
+        *((f"class {k}", v, colors.cls(k)) for k, v in summary["slo_classes"].items()),
     ]:
         lat, c = block["latency_ms"], block["counts"]
         att = block["slo_attainment"]
         rows.append(
             [
-                html.escape(label),
+                (swatch(color) if color else "") + html.escape(label),
                 f"{c['ok']}/{block['requests']}",
                 ms(lat["ttft"]["p50"]),
                 ms(lat["ttft"]["p99"]),
@@ -56,7 +90,7 @@ def key_table(summary: dict[str, Any]) -> str:
     return table(
         [
             "group",
-            "ok/planned",
+            "ok / in window",
             "TTFT p50 ms",
             "TTFT p99 ms",
             "TPOT p50 ms",
@@ -65,6 +99,7 @@ def key_table(summary: dict[str, Any]) -> str:
             "goodput req/s",
         ],
         rows,
+        caption=html.escape(caption),
     )
 
 
@@ -73,18 +108,64 @@ def fairness_table(summary: dict[str, Any]) -> str:
     sd = fair.get("service_difference")
     sd_text = "-" if not sd or sd.get("max") is None else f"{sd['max']:,.0f} tokens"
     return table(
-        ["fairness", "value"],
+        ["fairness (measurement window)", "value"],
         [
             ["Jain over service ÷ fair share (run)", num(fair.get("jain_service"))],
             ["Jain over tenant slowdowns", num(fair.get("jain_slowdown"))],
             ["worst-case slowdown ratio", num(fair.get("worst_slowdown_ratio"))],
             ["slowdown basis", html.escape(str(fair.get("slowdown_basis", "-")))],
-            [
-                "service difference max / mean",
-                sd_text,
-            ],
+            ["service difference max / mean", sd_text],
         ],
     )
+
+
+def share_table(summary: dict[str, Any], colors: Colors) -> str:
+    """Each tenant's service beside its fair share over the whole window (the summary's)."""
+    tenants = summary.get("fairness", {}).get("tenants") or {}
+    rows = [
+        [
+            swatch(colors.tenant(t)) + html.escape(t),
+            f"{v['service_tokens']:.0f}",
+            f"{v['demand_tokens']:.0f}",
+            f"{v['fair_share_tokens']:.0f}",
+            num(v["share_of_fair"]),
+        ]
+        for t, v in tenants.items()
+    ]
+    if not rows:
+        return ""
+    return table(
+        ["tenant", "service (tokens)", "demand (tokens)", "fair share (tokens)", "share of fair"],
+        rows,
+        caption="service = prompt + 2 × output tokens served; fair share = weighted max-min "
+        "given demand",
+    )
+
+
+def target_text(target: dict[str, Any]) -> str:
+    kind = target.get("kind", "?")
+    rest = ", ".join(f"{k} {text_of(v)}" for k, v in target.items() if k != "kind")
+    return f"{kind} ({rest})" if rest else str(kind)
+
+
+def header_section(header: dict[str, Any], scenario_text: str) -> list[str]:
+    """run.json as a key/value table (the raw JSON and the scenario collapsed below it)."""
+    skip = ("generator_health.tenants", "generator_health.invalid_reasons")
+    rows = [
+        [html.escape(k), html.escape(text_of(v))]
+        for k, v in flatten(header)
+        if not k.startswith(skip)
+    ]
+    return [
+        "<h2>Run header</h2>",
+        table(["field (run.json)", "value"], rows, left=(0, 1)),
+        "<details><summary>run.json (raw)</summary><pre>"
+        + html.escape(json.dumps(header, indent=2, default=str))
+        + "</pre></details>",
+        "<details><summary>scenario.yaml (as run, keys redacted)</summary><pre>"
+        + html.escape(scenario_text)
+        + "</pre></details>",
+    ]
 
 
 def run_report(run_dir: Path) -> tuple[str, str]:
@@ -95,38 +176,44 @@ def run_report(run_dir: Path) -> tuple[str, str]:
     scenario = yaml.safe_load(scenario_text)
     df = pd.read_parquet(run_dir / "records.parquet")
     lo, hi = summary["window_s"]
+    span = (lo, hi)
     t = df["t_intended_ns"] / 1e9
     window = df[(t >= lo) & (t <= hi)]
+    t_end = float(t.max()) if len(t) else hi
     metrics_path = run_dir / "server_metrics.parquet"
     server = pd.read_parquet(metrics_path) if metrics_path.is_file() else None
     slos = {k: v for k, v in scenario.get("slo_classes", {}).items()}
     weights = {tn["id"]: tn.get("weight", 1.0) for tn in scenario["tenants"]}
     unloaded, _ = unloaded_ns(window, parse_scenario(scenario))
+    colors = Colors.of_runs([scenario], [df])
+    counts = window_counts(df, span)
+    target = header.get("target", {})
     body = [
         f"<h1>{html.escape(summary['scenario'])}</h1>",
         verdict_html(summary),
         f"<p>plan {summary['plan_digest'][:23]}…, seed {summary['seed']}, target "
-        f"{html.escape(str(header.get('target', {})))}</p>",
+        f"{html.escape(target_text(target))}</p>",
         f"<p>{html.escape(summary['accounting']['line'])}</p>",
-        key_table(summary),
+        key_table(summary, colors, window_note(counts, span)),
         fairness_table(summary),
+        share_table(summary, colors),
         "<h2>Latency</h2>",
-        *figures.latency_cdfs(window, slos, "tenant", "tenant"),
-        *figures.latency_cdfs(window, slos, "slo_class", "class"),
-        *figures.ttft_p99_over_time(summary),
+        *figures.latency_cdfs(window, slos, "tenant", "tenant", colors),
+        *figures.latency_cdfs(window, slos, "slo_class", "class", colors),
+        *figures.ttft_p99_over_time(summary, span, t_end),
         "<h2>Queues and fairness over time</h2>",
-        *figures.queue_depth(df, server),
-        *figures.service_shares(window, weights, lo, hi),
+        *figures.queue_depth(df, server, span, t_end),
+        *figures.service_shares(window, weights, span, colors),
         *figures.jain_and_slowdown_windows(window, summary.get("fairness", {}), unloaded),
-        *figures.attainment_and_goodput(summary),
-        *figures.events(df, server),
-        *figures.send_lag(df, summary["generator_health"]),
+        *figures.attainment_and_goodput(summary, colors),
+        *figures.events(df, server, span, t_end),
+        *figures.send_lag(df, summary["generator_health"], span, t_end),
     ]
     if server is not None and len(server):
-        body += server_metrics_section(server, str(header.get("target", {}).get("kind", "")))
-    body.append("<h2>Scenario and run header</h2><pre>" + html.escape(scenario_text) + "</pre>")
-    body.append("<pre>" + html.escape(json.dumps(header, indent=2, default=str)) + "</pre>")
-    return page(f"fairbench: {summary['scenario']}", body), markdown_summary(summary)
+        body += server_metrics_section(server, str(target.get("kind", "")))
+    body += header_section(header, scenario_text)
+    md = markdown_summary(summary, (counts["warmup"], counts["cooldown"]))
+    return page(f"fairbench: {summary['scenario']}", body), md
 
 
 def server_metrics_section(server: pd.DataFrame, kind: str) -> list[str]:
@@ -160,24 +247,40 @@ def server_metrics_section(server: pd.DataFrame, kind: str) -> list[str]:
     gauges = go.Figure()
     rates = go.Figure()
     quant = go.Figure()
-    for r in rows:
+    for k, r in enumerate(rows):
         family = r["metric"].removesuffix("_total")
+        color = SERIES_PALETTE[k % len(SERIES_PALETTE)]  # a series keeps its colour
         if r["type"] == "gauge":
             t, v = sm.gauge(server, family)
-            gauges.add_trace(go.Scatter(x=t, y=v, name=r["metric"]))
+            gauges.add_trace(go.Scatter(x=t, y=v, name=r["metric"], line={"color": color}))
         elif r["type"] == "counter":
             t, v = sm.counter_rate(server, family)
-            rates.add_trace(go.Scatter(x=t, y=v, name=f"{r['metric']} /s"))
+            rates.add_trace(go.Scatter(x=t, y=v, name=f"{r['metric']} /s", line={"color": color}))
         elif r["type"] == "histogram":
             h = sm.histogram_over_time(server, family)
             for q, dash in (("p50", "dot"), ("p99", "solid")):
                 quant.add_trace(
-                    go.Scatter(x=h["t"], y=h[q], name=f"{r['metric']} {q}", line={"dash": dash})
+                    go.Scatter(
+                        x=h["t"],
+                        y=h[q],
+                        name=f"{r['metric']} {q}",
+                        line={"dash": dash, "color": color},
+                    )
                 )
-    gauges.update_layout(title="Gauges", xaxis_title="time (s)")
-    rates.update_layout(title="Counters as rates", xaxis_title="time (s)", yaxis_title="per s")
+    gauges.update_layout(
+        title="Gauges (summed over labels)",
+        xaxis_title=figures.RUN_CLOCK,
+        yaxis_title="value (in each series' own unit)",
+    )
+    rates.update_layout(
+        title="Counters as rates",
+        xaxis_title=figures.RUN_CLOCK,
+        yaxis_title="increase per second (/s)",
+    )
     quant.update_layout(
-        title="Histogram quantiles per 5-scrape window", xaxis_title="time (s)", yaxis_title="s"
+        title="Histogram quantiles per 5-scrape window",
+        xaxis_title=figures.RUN_CLOCK,
+        yaxis_title="quantile (series' unit: s for *_seconds)",
     )
     for fig, fid in ((gauges, "srv-gauges"), (rates, "srv-rates"), (quant, "srv-quantiles")):
         if fig.data:
@@ -185,7 +288,12 @@ def server_metrics_section(server: pd.DataFrame, kind: str) -> list[str]:
     return out
 
 
+SERIES_PALETTE = ["#0969da", "#cf222e", "#1a7f37", "#8250df", "#bc4c00", "#1b7c83", "#6e7781"]
+
+
 def write_run_report(run_dir: Path) -> None:
-    page, md = run_report(run_dir)
-    (run_dir / "report.html").write_text(page, encoding="utf-8")
+    """report.html and summary.md in the run directory; plotly.min.js beside them, hard-linked
+    to the copy in the directory above (fairbench.report.html.install_plotly)."""
+    text, md = run_report(run_dir)
+    write_page(run_dir / "report.html", text, share=run_dir.parent)
     (run_dir / "summary.md").write_text(md, encoding="utf-8")
