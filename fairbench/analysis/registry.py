@@ -603,3 +603,43 @@ def reference_markdown() -> str:
             "",
         ]
     return "\n".join(lines)
+
+
+def show(unit: str, value: float | None, bound: bool = False) -> str:
+    """A value as people read it, by its unit; `≥` marks a lower bound. One formatter for the
+    terminal, the pages and summary.md."""
+    if value is None or not math.isfinite(value):
+        return "-"
+    prefix = "≥ " if bound else ""
+    if unit == "ms":
+        text = f"{value:,.1f} ms"
+    elif unit == "share":
+        text = f"{value:.1%}"
+    elif unit == "ratio":
+        text = f"{value:,.2f}×"
+    elif unit == "tokens":
+        text = f"{value:,.0f} tokens"
+    elif unit in ("req/s", "tokens/s"):
+        text = f"{value:,.2f} {unit}"
+    else:
+        text = f"{value:.3f}"
+    return prefix + text
+
+
+def show_change(metric: Metric | None, change: float) -> str:
+    if not math.isfinite(change):
+        return "-"
+    if metric is None or not metric.absolute:
+        return f"{change:+.1%}"
+    if metric.unit == "share":
+        return f"{change * 100:+.1f} pts"
+    return f"{change:+.3f}"
+
+
+def of_name(name: str) -> Metric | None:
+    """The registry metric a (grouped) name refers to, or None for a summary path."""
+    try:
+        parsed = parse_name(name)
+    except MetricError:
+        return None
+    return None if parsed is None else parsed.metric

@@ -18,7 +18,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import yaml
 
-from fairbench.analysis import series
+from fairbench.analysis import registry, series
 from fairbench.decide.compare import Comparison, Verdict
 from fairbench.report.html import ARM_DASH, Colors, fig_html, page, swatch, table
 
@@ -26,7 +26,12 @@ _LATENCY = re.compile(r"^(ttft|e2e|tpot)_p\d+(\.|$)")
 
 
 def unit_of(metric: str) -> str:
-    """The unit of a metric name as the summary (and the registry's aliases) store it."""
+    """The unit of a metric name: the registry's, or for a summary path, read from the path."""
+    known = registry.of_name(metric)
+    if known is not None:
+        return {"share": "fraction 0–1", "index": "index 0–1, 1 = fair", "ratio": "×"}.get(
+            known.unit, known.unit
+        )
     if _LATENCY.match(metric) or "latency_ms" in metric:
         return "ms"
     if "tokens_per_s" in metric:
@@ -48,28 +53,15 @@ def axis_title(metric: str, extra: str = "") -> str:
     return f"{metric} ({unit_of(metric)}{', ' + extra if extra else ''})"
 
 
-def arm_value(v: Verdict, x: float) -> str:
-    """One arm's value of a compared metric (the comparison holds latencies in ns)."""
+def arm_value(v: Verdict, x: float, bound: bool = False) -> str:
+    """One arm's value of a compared metric, by the registry's unit (≥ for a lower bound)."""
     if x is None or not math.isfinite(x):
         return "-"
-    if not v.absolute and _LATENCY.match(v.metric):
-        return f"{x / 1e6:.1f} ms"
-    if "attainment" in v.metric or v.metric.endswith("share"):
-        return f"{x:.1%}"
-    if "drift" in v.metric:
-        return f"{x:+.1%}"
-    if "ratio" in v.metric:
-        return f"{x:.2f}×"
-    return f"{x:.3f}"
+    return registry.show(v.unit, x, bound)
 
 
 def change_text(v: Verdict, x: float) -> str:
-    if not math.isfinite(x):
-        return "-"
-    if not v.absolute:
-        return f"{x:+.1%}"
-    pct = "attainment" in v.metric or v.metric.endswith("share") or "drift" in v.metric
-    return f"{x * 100:+.1f} pts" if pct else f"{x:+.3f}"
+    return registry.show_change(registry.of_name(v.metric), x)
 
 
 def verdict_rows(comparison: Comparison) -> list[list[str]]:
@@ -84,12 +76,14 @@ def verdict_rows(comparison: Comparison) -> list[list[str]]:
         rows.append(
             [
                 html.escape(v.metric),
-                arm_value(v, v.a),
-                arm_value(v, v.b),
+                arm_value(v, v.a, v.a_bound),
+                arm_value(v, v.b, v.b_bound),
                 change_text(v, v.diff),
                 ci,
+                "±" + change_text(v, v.threshold).lstrip("+"),
                 "-" if not math.isfinite(v.p_value) else f"{v.p_value:.3f}",
-                f"<span class='{css}'>{html.escape(v.verdict)}</span>",
+                f"<span class='{css}'>{html.escape(v.verdict)}</span>"
+                + (f"<br><small>{html.escape(v.reason)}</small>" if v.reason else ""),
             ]
         )
     return rows
@@ -133,7 +127,7 @@ def comparison_report(
         f"{comparison.pairs} pair(s), in the measurement window; the change is relative "
         "(%) or, for fractions, absolute (percentage points).</p>",
         table(
-            ["metric", "A", "B", "change (B − A)", "95% CI", "p", "verdict"],
+            ["metric", "A", "B", "change (B − A)", "95% CI", "threshold", "p", "verdict"],
             verdict_rows(comparison),
         ),
     ]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fairbench.report.html import ms, num
+from fairbench.analysis import registry
+from fairbench.report.html import ms
 
 
 def markdown_summary(summary: dict[str, Any], excluded: tuple[int, int] | None = None) -> str:
@@ -36,15 +37,34 @@ def markdown_summary(summary: dict[str, Any], excluded: tuple[int, int] | None =
         lat = block["latency_ms"]
         att = block["slo_attainment"]
         lines.append(
-            f"| {label} | {block['counts']['ok']}/{block['requests']} | {ms(lat['ttft']['p50'])} | "
-            f"{ms(lat['ttft']['p99'])} | {ms(lat['e2e']['p99'])} | "
-            f"{'-' if att is None else f'{att:.1%}'} |"
+            f"| {label} | {block['counts']['ok']}/{block['requests']} | "
+            f"{_lat(lat, 'ttft', 'p50')} | {_lat(lat, 'ttft', 'p99')} | {_lat(lat, 'e2e', 'p99')} "
+            f"| {'-' if att is None else f'{att:.1%}'} |"
         )
-    fair = summary.get("fairness", {})
-    lines += [
-        "",
-        f"Fairness: Jain (service ÷ fair share) {num(fair.get('jain_service'))}, "
-        f"Jain (slowdown) {num(fair.get('jain_slowdown'))}, worst slowdown ratio "
-        f"{num(fair.get('worst_slowdown_ratio'))}.",
-    ]
+    lines += ["", fairness_line(summary)]
+    comp = summary.get("completion")
+    if comp and comp["unfinished"]:
+        lines += ["", ("" if comp["ok"] else "**TAIL CENSORED**: ") + comp["line"] + "."]
     return "\n".join(lines) + "\n"
+
+
+def _lat(lat: dict[str, Any], kind: str, key: str) -> str:
+    block = lat.get(kind) or {}
+    return ("≥ " if key in (block.get("lower_bound") or []) else "") + ms(block.get(key))
+
+
+def fairness_line(summary: dict[str, Any]) -> str:
+    """The headline fairness figures in one line (fairbench.analysis.registry)."""
+    overall = summary.get("metrics", {}).get("overall", {})
+    parts = []
+    for name, label in (
+        ("service_difference", "backlogged service difference"),
+        ("jain_backlogged", "Jain among the backlogged"),
+        ("isolation", "worst isolation"),
+    ):
+        entry = overall.get(name) or {}
+        value = registry.show(
+            registry.get(name).unit, entry.get("value"), bool(entry.get("lower_bound"))
+        )
+        parts.append(f"{label} {value}")
+    return "Fairness: " + ", ".join(parts) + "."

@@ -16,6 +16,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import yaml
 
+from fairbench.analysis import registry
 from fairbench.analysis import server_metrics as sm
 from fairbench.analysis.blocks import unloaded_ns
 from fairbench.report import figures
@@ -36,11 +37,32 @@ from fairbench.targets.engines import engine
 from fairbench.workload.scenario import parse_scenario
 
 
+def completion_html(summary: dict[str, Any]) -> str:
+    """Beside VALID/INVALID: whether the tail is honest about the requests that never finished."""
+    comp = summary.get("completion")
+    if not comp:
+        return ""
+    css = "valid" if comp["ok"] else "invalid"
+    head = (
+        "all finished"
+        if not comp["unfinished"]
+        else ("tail within the unfinished limit" if comp["ok"] else "TAIL CENSORED")
+    )
+    return f"<p class='{css}'><b>{head}</b>: {html.escape(comp['line'])}</p>"
+
+
 def verdict_html(summary: dict[str, Any]) -> str:
     if summary["valid"]:
-        return "<h2 class='valid'>VALID</h2>"
+        return "<h2 class='valid'>VALID</h2>" + completion_html(summary)
     reasons = "".join(f"<li>{html.escape(r)}</li>" for r in summary["invalid_reasons"])
-    return f"<h2 class='invalid'>INVALID</h2><ul>{reasons}</ul>"
+    return f"<h2 class='invalid'>INVALID</h2><ul>{reasons}</ul>" + completion_html(summary)
+
+
+def lat_cell(lat: dict[str, Any], kind: str, key: str) -> str:
+    """A percentile in ms, `≥` when it is only a lower bound (it falls in censored mass)."""
+    block = lat.get(kind) or {}
+    value = block.get(key)
+    return ("≥ " if key in (block.get("lower_bound") or []) else "") + ms(value)
 
 
 def window_counts(df: pd.DataFrame, window: tuple[float, float]) -> dict[str, int]:
@@ -79,10 +101,12 @@ def key_table(summary: dict[str, Any], colors: Colors, caption: str = "") -> str
             [
                 (swatch(color) if color else "") + html.escape(label),
                 f"{c['ok']}/{block['requests']}",
-                ms(lat["ttft"]["p50"]),
-                ms(lat["ttft"]["p99"]),
-                ms(lat["tpot"]["p50"]),
-                ms(lat["e2e"]["p99"]),
+                str(c.get("timeout", 0) + c.get("cancelled", 0)),
+                str(c.get("rejected", 0)),
+                lat_cell(lat, "ttft", "p50"),
+                lat_cell(lat, "ttft", "p99"),
+                lat_cell(lat, "tpot", "p50"),
+                lat_cell(lat, "e2e", "p99"),
                 "-" if att is None else f"{att:.1%}",
                 f"{block['goodput']['requests_per_s'] or 0:.2f}",
             ]
@@ -91,6 +115,8 @@ def key_table(summary: dict[str, Any], colors: Colors, caption: str = "") -> str
         [
             "group",
             "ok / in window",
+            "unfinished",
+            "rejected",
             "TTFT p50 ms",
             "TTFT p99 ms",
             "TPOT p50 ms",
@@ -103,20 +129,45 @@ def key_table(summary: dict[str, Any], colors: Colors, caption: str = "") -> str
     )
 
 
+FAIRNESS_ROWS = (
+    ("service_difference", "backlogged service difference (largest, any tenant pair)"),
+    ("jain_backlogged", "Jain's index among backlogged tenants (mean over contended windows)"),
+    ("jain_backlogged_min", "… its worst window"),
+    ("isolation", "isolation: worst tenant's TTFT p99 in the mix ÷ alone"),
+    ("starved_share", "starved: first response > 10 × the TTFT SLO, or never"),
+    ("worst_slowdown_ratio", "worst ÷ best tenant mean slowdown (not a fairness headline)"),
+    ("jain_slowdown", "Jain over tenant slowdowns"),
+)
+
+
 def fairness_table(summary: dict[str, Any]) -> str:
+    """The headline fairness figures (each can fail: FIFO and a fair policy differ on them),
+    then the others, with their definitions one click away in docs/metrics.md."""
+    overall = summary.get("metrics", {}).get("overall", {})
     fair = summary.get("fairness", {})
-    sd = fair.get("service_difference")
-    sd_text = "-" if not sd or sd.get("max") is None else f"{sd['max']:,.0f} tokens"
-    return table(
-        ["fairness (measurement window)", "value"],
+    rows = []
+    for name, label in FAIRNESS_ROWS:
+        entry = overall.get(name) or {}
+        metric = registry.get(name)
+        value = registry.show(metric.unit, entry.get("value"), bool(entry.get("lower_bound")))
+        if name == "service_difference" and (fair.get("service_difference") or {}).get("pair"):
+            value += " (" + " vs ".join(fair["service_difference"]["pair"]) + ")"
+        if name == "isolation":
+            iso = {k: v for k, v in (fair.get("isolation") or {}).items() if v is not None}
+            if iso:
+                worst = max(iso, key=lambda k: iso[k])
+                value += f" ({html.escape(worst)})"
+            else:
+                value = "- (needs a solo arm: simulated for sim targets)"
+        rows.append([html.escape(label), html.escape(value)])
+    rows.append(
         [
-            ["Jain over service ÷ fair share (run)", num(fair.get("jain_service"))],
-            ["Jain over tenant slowdowns", num(fair.get("jain_slowdown"))],
-            ["worst-case slowdown ratio", num(fair.get("worst_slowdown_ratio"))],
-            ["slowdown basis", html.escape(str(fair.get("slowdown_basis", "-")))],
-            ["service difference max / mean", sd_text],
-        ],
+            "Jain over service ÷ fair share, whole run (demand-blind: 1 whenever all is served)",
+            num(fair.get("jain_service")),
+        ]
     )
+    rows.append(["slowdown basis", html.escape(str(fair.get("slowdown_basis", "-")))])
+    return table(["fairness (measurement window)", "value"], rows)
 
 
 def share_table(summary: dict[str, Any], colors: Colors) -> str:
