@@ -3,6 +3,13 @@
 The plan becomes jobs (tenant weight, class rank, workload as flow); the simulator's per-job
 timings become records with the live executor's columns, so the analysis treats simulated and
 live runs alike. The generator is exact here: t_sent = t_intended, send lag 0.
+
+The run's client-side limits apply as they do live (fairbench.run.executor): a request not
+finished `run.timeout` after its intended time is a `timeout`, and whatever is still in flight
+`run.grace` after the last send is `cancelled`; either way the job is cancelled inside the
+simulated engine at that instant, as the reference server cancels a job whose client
+disconnects, so it stops holding capacity. What admission's degradation capped is recorded as
+the live client sees it: the planned `max_tokens`, the served `output_tokens`.
 """
 
 from __future__ import annotations
