@@ -29,6 +29,9 @@ from fairbench.plan.materialize import materialize
 from fairbench.run.rundir import RunOptions
 from fairbench.targets.sim import run_sim
 from fairbench.workload.scenario import Scenario, parse_scenario
+from reference_scheduler.core.job import Job
+from reference_scheduler.drivers.virtual import simulate
+from reference_scheduler.scheduler.config import parse_scheduler_config
 
 STEP_MS = 80
 
@@ -141,3 +144,21 @@ def test_grace_and_timeout_bound_what_the_sim_lets_finish() -> None:
     )
     rows, _ = run_sim(materialize(relaxed), relaxed)
     assert {r["status"] for r in rows} == {"ok"}
+
+
+def test_a_timed_out_job_stops_holding_capacity_in_the_sim() -> None:
+    """One slot, 10 ms steps. A (100 tokens, 1 s of service) times out at 0.5 s; B (5 tokens)
+    arrived at 0.3 s behind it. Cancelled in the engine at 0.5 s, A frees the slot and B is done
+    by 0.55 s, inside its own 0.8 s deadline; had A kept the slot, B would wait until 1 s."""
+    config = parse_scheduler_config(
+        {
+            "policy": "fifo",
+            "profile": {"constant_step_ms": 10.0, "kv_cache_tokens": 10000, "max_num_seqs": 1},
+        }
+    )
+    a = Job(0, "t", "interactive", 4, 100, 0)
+    b = Job(1, "t", "interactive", 4, 5, 300_000_000)
+    result = simulate([a, b], config, timeout_ns=500_000_000, stop_ns=10_000_000_000)
+    assert a.status == "cancelled" and a.done_ns == 500_000_000
+    assert b.status == "finished" and b.admit_ns == 500_000_000 and b.done_ns == 550_000_000
+    assert result.end_ns == b.done_ns
