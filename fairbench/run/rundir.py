@@ -8,6 +8,7 @@ Layout (`reports/<scenario>-<UTC timestamp>/` or `--out`):
     journal*.jsonl         records as they complete (one journal per worker process)
     records.parquet        all records, consolidated at the end
     server_metrics.parquet Prometheus samples scraped during live runs
+    scrape.json            what the scraper did (scrapes, failures, last error, ready)
     summary.json           the summary (see fairbench.analysis.summary)
 """
 
