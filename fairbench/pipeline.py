@@ -127,11 +127,18 @@ def solo_ttft_p99(plan: Plan, scn: Scenario) -> dict[str, float]:
 
 
 def target_warnings(info: dict[str, Any]) -> list[str]:
-    """What a reader of the results must know about the target's set-up."""
+    """What a reader of the results must know about the target's set-up: prompt-length
+    calibration, the scheduler's own warnings (a setting that makes its policy degenerate), and
+    anything the run learned on the way (a metrics scraper that failed)."""
+    out: list[str] = []
     cal = info.get("calibration")
     if isinstance(cal, dict) and cal.get("note"):
-        return [f"prompt lengths: {cal['note']}"]
-    if isinstance(cal, dict) and not cal.get("exact", True):
+        out.append(f"prompt lengths: {cal['note']}")
+    elif isinstance(cal, dict) and not cal.get("exact", True):
         bad = [c for c in cal.get("checks", []) if c.get("server") != c.get("planned")]
-        return [f"prompt lengths: {len(bad)} calibration checks differ from the plan: {bad[:3]}"]
-    return []
+        out.append(f"prompt lengths: {len(bad)} calibration checks differ from the plan: {bad[:3]}")
+    for key in ("warnings", "scrape_warnings"):
+        extra = info.get(key)
+        if isinstance(extra, list | tuple):
+            out.extend(str(w) for w in extra)
+    return out

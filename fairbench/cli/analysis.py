@@ -337,7 +337,10 @@ def register_gate(app: typer.Typer) -> None:
         except GateError as error:
             for line in error.lines:
                 err.print(
-                    f"{rules}: {line}" if "rules" in line else line, markup=False, highlight=False
+                    f"{rules}: {line}" if "rules" in line else line,
+                    markup=False,
+                    highlight=False,
+                    soft_wrap=True,  # one line per problem, however long the path
                 )
             raise typer.Exit(2) from None
         results, blocker = evaluate(rule_list, base, cand)

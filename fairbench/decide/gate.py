@@ -146,12 +146,33 @@ def load_rules(path: Path) -> list[Rule]:
 
 
 def load_summary(path: Path) -> dict[str, Any]:
-    """A run directory or a summary.json."""
+    """A run directory or a summary.json; one line (a GateError, exit 2) when it is missing,
+    unreadable, not JSON, or not a summary object, never a traceback."""
     file = path / "summary.json" if path.is_dir() else path
     try:
-        return json.loads(file.read_text(encoding="utf-8"))
+        text = file.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise GateError([f"{file}: no summary here"]) from None
+        hint = (
+            "the run did not finish (its summary is written last) or this is not a run directory"
+            if path.is_dir()
+            else "give a run directory or its summary.json"
+        )
+        raise GateError([f"{file}: no summary here; {hint}"]) from None
+    except (OSError, UnicodeDecodeError) as error:
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else error
+        raise GateError([f"{file}: cannot read the summary ({reason})"]) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise GateError(
+            [
+                f"{file}: not valid JSON (line {error.lineno}, column {error.colno}: "
+                f"{error.msg}); give a run's summary.json as fairbench wrote it"
+            ]
+        ) from None
+    if not isinstance(data, dict) or "valid" not in data:
+        raise GateError([f"{file}: not a fairbench summary (a JSON object with `valid`)"])
+    return data
 
 
 def _ci(summary: dict[str, Any], name: str) -> tuple[float, float] | None:

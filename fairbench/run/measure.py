@@ -32,6 +32,7 @@ from fairbench.run.rundir import (
     redacted,
     write_json,
 )
+from fairbench.run.scrape import scrape_report
 from fairbench.run.shards import default_workers, run_sharded
 from fairbench.targets.engine_setup import ENGINE_KINDS, engine_setup
 from fairbench.targets.factory import make_target
@@ -148,5 +149,6 @@ def measure(
         finally:
             if server is not None:
                 server.stop(run_dir / "server_metrics.prom")
+    info = {**info, **scrape_report(run_dir)}  # a failing scraper is reported, not swallowed
     rows = read_journals(run_dir)
     return Measurement(run_dir, scn, plan, rows, header, info, stopped, loop_lags, workers)

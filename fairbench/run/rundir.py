@@ -8,6 +8,7 @@ Layout (`reports/<scenario>-<UTC timestamp>/` or `--out`):
     journal*.jsonl         records as they complete (one journal per worker process)
     records.parquet        all records, consolidated at the end
     server_metrics.parquet Prometheus samples scraped during live runs
+    scrape.json            what the scraper did (scrapes, failures, last error, ready)
     summary.json           the summary (see fairbench.analysis.summary)
 """
 
@@ -17,11 +18,13 @@ import datetime as dt
 import json
 import os
 import platform
+import re
 import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from fairbench.run.records import read_journal
 from fairbench.workload.scenario import Scenario
@@ -40,16 +43,74 @@ class RunOptions:
     base_url: str | None = None  # override the target's URL
 
 
+# Parts of a field name that mark its value as a credential (`api_key`, `accessToken`,
+# `X-Auth-Token`, `client_secret`...); `max_tokens` is not one (its part is "tokens").
+SECRET_PARTS = frozenset(
+    {
+        "key",
+        "apikey",
+        "token",
+        "secret",
+        "password",
+        "passwd",
+        "auth",
+        "authorization",
+        "credential",
+        "credentials",
+        "bearer",
+        "cookie",
+        "session",
+        "signature",
+    }
+)
+
+
+def _secret_name(name: str) -> bool:
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", name)
+    return any(part.lower() in SECRET_PARTS for part in re.split(r"[^A-Za-z0-9]+", spaced))
+
+
+def _scrub(value: Any) -> Any:
+    """A body fragment with every credential-named field's value redacted, at any depth."""
+    if isinstance(value, dict):
+        return {k: REDACTED if _secret_name(str(k)) else _scrub(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrub(v) for v in value]
+    return value
+
+
+def _url(url: str | None) -> str | None:
+    """A URL without its user-info and with credential-named query parameters redacted."""
+    if not url:
+        return url
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = f"{REDACTED}@{netloc.rsplit('@', 1)[1]}"
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    query = [(k, REDACTED if _secret_name(k) else v) for k, v in query]
+    return urlunsplit((parts.scheme, netloc, parts.path, urlencode(query), parts.fragment))
+
+
 def redacted(scn: Scenario) -> dict[str, Any]:
+    """The scenario as written into the run directory, with every place a secret can live
+    redacted: api keys (target and tenants), every HTTP header value (target and tenants: any
+    header can carry a credential, and a header's value is not needed to reproduce a run, its
+    name is kept), credential-named fields at any depth of an extra body (target, tenants, SLO
+    classes), and user-info or credential-named query parameters of the target's URLs."""
     data = scn.model_dump(mode="json")
-    for tenant in data["tenants"]:
-        if tenant.get("api_key"):
-            tenant["api_key"] = REDACTED
-    if data["target"].get("api_key"):
-        data["target"]["api_key"] = REDACTED
-    for key in list(data["target"].get("headers", {})):
-        if key.lower() in ("authorization", "x-api-key", "api-key"):
-            data["target"]["headers"][key] = REDACTED
+    target = data["target"]
+    for holder in [target, *data["tenants"]]:
+        if holder.get("api_key"):
+            holder["api_key"] = REDACTED
+        holder["headers"] = {name: REDACTED for name in holder.get("headers") or {}}
+        if holder.get("extra_body"):
+            holder["extra_body"] = _scrub(holder["extra_body"])
+    if target.get("class_extra_body"):
+        target["class_extra_body"] = _scrub(target["class_extra_body"])
+    for field in ("base_url", "metrics_url"):
+        if target.get(field):
+            target[field] = _url(target[field])
     return data
 
 

@@ -4,6 +4,12 @@ Parsed with prometheus-client's own text parser. Rows: t_ns (run clock, relative
 metric, labels (JSON, sorted keys), value, type and family (from the exposition's TYPE line).
 Stored as `server_metrics.parquet`; fairbench.analysis.server_metrics turns it into rates and
 quantiles.
+
+A scrape that fails (connection refused, a non-200 answer, an exposition that does not parse)
+is counted with its last error, and a scraper that was not ready when t0 was chosen says so: the
+scraper process writes `scrape.json` into the run directory when it stops, and `scrape_report`
+turns it into the run's `scrape` entry and warning lines (run.json's target, summary.json's
+`warnings`), so missing server metrics are reported on the run rather than swallowed.
 """
 
 from __future__ import annotations
@@ -72,6 +78,7 @@ class Scraper:
         self.rows: list[dict[str, Any]] = []  # not yet written
         self.scrapes = 0
         self.failures = 0
+        self.last_error: str | None = None
         self._pending_scrapes = 0
         self._writer: pq.ParquetWriter | None = None
         self._task: asyncio.Task[None] | None = None
@@ -81,11 +88,16 @@ class Scraper:
         try:
             async with session.get(self.url, timeout=aiohttp.ClientTimeout(total=5)) as resp:
                 text = await resp.text()
+                status = resp.status
+            if status != 200:
+                raise ValueError(f"HTTP {status}")
             self.rows.extend(parse_prometheus(text, time.perf_counter_ns() - t0_ns))
             self.scrapes += 1
             self._pending_scrapes += 1
-        except (aiohttp.ClientError, TimeoutError, ValueError):
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as error:
             self.failures += 1
+            text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+            self.last_error = text[:ERROR_CHARS]
 
     def _write_group(self) -> None:
         rows, self.rows, self._pending_scrapes = self.rows, [], 0
@@ -122,8 +134,19 @@ class Scraper:
         self._writer.close()
 
 
+ERROR_CHARS = 200  # the last error's text, as shared with the parent process
+REPORT_NAME = "scrape.json"
+
+
 def _scrape_main(
-    url: str, path: str, interval_s: float, t0: Any, stop: Any, counts: Any, ready: Any
+    url: str,
+    path: str,
+    interval_s: float,
+    t0: Any,
+    stop: Any,
+    counts: Any,
+    ready: Any,
+    error: Any = None,
 ) -> None:
     """The scraper process: wait for t0, scrape until told to stop, then one last look."""
     import signal
@@ -140,8 +163,12 @@ def _scrape_main(
         scraper.start(start)
         while not stop.is_set():
             await asyncio.sleep(0.05)
-        await scraper.stop(start)
-        counts[0], counts[1] = scraper.scrapes, scraper.failures
+        try:
+            await scraper.stop(start)
+        finally:
+            counts[0], counts[1] = scraper.scrapes, scraper.failures
+            if error is not None and scraper.last_error:
+                error.value = scraper.last_error.encode("utf-8", "replace")[: ERROR_CHARS - 1]
 
     asyncio.run(main())
 
@@ -153,25 +180,43 @@ class ScraperProcess:
     then released by `start(t0)`.
     CLOCK_MONOTONIC (perf_counter_ns) is shared by processes, so its times are the run's."""
 
-    def __init__(self, url: str, path: Path, interval_s: float = 1.0) -> None:
+    def __init__(
+        self, url: str, path: Path, interval_s: float = 1.0, ready_timeout_s: float = 15.0
+    ) -> None:
         import multiprocessing as mp
 
         ctx = mp.get_context("spawn")
+        self.path = path
+        self.ready_timeout_s = ready_timeout_s
+        self.was_ready: bool | None = None  # None: never waited for
         self._t0 = ctx.Value("q", 0, lock=False)
         self._stop = ctx.Event()
         self._counts = ctx.Array("q", 2, lock=False)
+        self._error = ctx.Array("c", ERROR_CHARS, lock=False)
         self._ready = ctx.Event()
         self._proc = ctx.Process(
             target=_scrape_main,
-            args=(url, str(path), interval_s, self._t0, self._stop, self._counts, self._ready),
+            args=(
+                url,
+                str(path),
+                interval_s,
+                self._t0,
+                self._stop,
+                self._counts,
+                self._ready,
+                self._error,
+            ),
             daemon=True,
         )
         self._proc.start()
 
-    def wait_ready(self, timeout_s: float = 15.0) -> bool:
+    def wait_ready(self, timeout_s: float | None = None) -> bool:
         """Call before choosing t0: the first scrape (the baseline that counters and histograms
-        are differenced against) must come before the first request ends."""
-        return bool(self._ready.wait(timeout_s))
+        are differenced against) must come before the first request ends. A scraper not ready
+        in time is reported on the run (see `report`)."""
+        ok = bool(self._ready.wait(self.ready_timeout_s if timeout_s is None else timeout_s))
+        self.was_ready = ok if self.was_ready is None else self.was_ready and ok
+        return ok
 
     def start(self, t0_ns: int) -> None:
         """Scrape now (the baseline, before t0 when t0 lies ahead), then every interval."""
@@ -185,9 +230,41 @@ class ScraperProcess:
         self._t0.value = self._t0.value or t0_ns
         self._stop.set()
         self._proc.join(30)
-        if self._proc.is_alive():
+        killed = self._proc.is_alive()
+        if killed:
             self._proc.kill()
             self._proc.join(5)
+        report = self.report(killed)
+        tmp = self.path.with_name(REPORT_NAME + ".tmp")
+        tmp.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        tmp.replace(self.path.with_name(REPORT_NAME))
+
+    def report(self, killed: bool = False) -> dict[str, Any]:
+        """What the scraper did, and a warning line for each way it fell short."""
+        scrapes, failures = self.scrapes, self.failures
+        last = bytes(self._error.value).decode("utf-8", "replace") or None
+        warnings = []
+        if self.was_ready is False:
+            warnings.append(
+                f"server metrics: the scraper was not ready within {self.ready_timeout_s:g} s "
+                "when the run started; its baseline scrape may come after t0"
+            )
+        if failures:
+            warnings.append(
+                f"server metrics: {failures} of {scrapes + failures} scrapes failed"
+                + (f" (last: {last})" if last else "")
+            )
+        if killed:
+            warnings.append("server metrics: the scraper did not stop within 30 s and was killed")
+        if not scrapes:
+            warnings.append("server metrics: no scrape succeeded; the run has no server metrics")
+        return {
+            "scrapes": scrapes,
+            "failures": failures,
+            "last_error": last,
+            "ready": self.was_ready,
+            "warnings": warnings,
+        }
 
     @property
     def scrapes(self) -> int:
@@ -196,3 +273,18 @@ class ScraperProcess:
     @property
     def failures(self) -> int:
         return int(self._counts[1])
+
+
+def scrape_report(run_dir: Path) -> dict[str, Any]:
+    """The run's `scrape` entry and `scrape_warnings` from the scraper's report, if it ran."""
+    path = run_dir / REPORT_NAME
+    if not path.exists():
+        return {}
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {
+            "scrape_warnings": [f"server metrics: the scraper's report {REPORT_NAME} is unreadable"]
+        }
+    warnings = [str(w) for w in report.pop("warnings", [])]
+    return {"scrape": report, "scrape_warnings": warnings}

@@ -133,15 +133,21 @@ class ReferenceServer:
             self._dir.cleanup()
             self._dir = None
 
-    def info(self) -> dict[str, str]:
+    def info(self) -> dict[str, Any]:
+        from reference_scheduler.scheduler.config import parse_scheduler_config
+
         sched = self.scn.scheduler
-        return {
+        out: dict[str, Any] = {
             "kind": "reference",
             "base_url": self.url,
             "policy": str(sched.get("policy", "dwrr")),
             "profile": str(sched.get("profile", "h100-llama3-8b")),
             "replicas": str(sched.get("replicas", 1)),
         }
+        warnings = parse_scheduler_config(sched).warnings  # validated with the scenario
+        if warnings:
+            out["warnings"] = list(warnings)
+        return out
 
 
 class ReferenceTarget(OpenAITarget):
@@ -164,5 +170,5 @@ class ReferenceTarget(OpenAITarget):
         await super().close()
         self.server.stop()
 
-    def info(self) -> Mapping[str, str]:
+    def info(self) -> Mapping[str, Any]:
         return self.server.info()

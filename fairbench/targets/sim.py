@@ -3,11 +3,20 @@
 The plan becomes jobs (tenant weight, class rank, workload as flow); the simulator's per-job
 timings become records with the live executor's columns, so the analysis treats simulated and
 live runs alike. The generator is exact here: t_sent = t_intended, send lag 0.
+
+The run's client-side limits apply as they do live (fairbench.run.executor): a request not
+finished `run.timeout` after its intended time is a `timeout`, and whatever is still in flight
+`run.grace` after the last send is `cancelled`; either way the job is cancelled inside the
+simulated engine at that instant, as the reference server cancels a job whose client
+disconnects, so it stops holding capacity. What admission's degradation capped is recorded as
+the live client sees it: the planned `max_tokens`, the served `output_tokens`.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import numpy as np
 
 from fairbench.plan.model import Plan
 from fairbench.workload.scenario import Scenario
@@ -69,9 +78,39 @@ def plan_jobs(plan: Plan, scn: Scenario, block_size: int | None = None) -> list[
     return jobs
 
 
-def records_from(result: SimResult, plan: Plan) -> list[dict[str, Any]]:
+def _seen(result: SimResult, job: Job, cut_ns: int) -> np.ndarray:
+    """The times of the job's output tokens that reached the client by `cut_ns`."""
+    if job.status == "finished" or job.segments:
+        times = result.token_times(job)
+    elif job.first_token_ns >= 0:
+        times = np.array([job.first_token_ns], dtype=np.int64)
+    else:
+        times = np.empty(0, dtype=np.int64)
+    return times[times <= cut_ns]
+
+
+def records_from(
+    result: SimResult,
+    plan: Plan,
+    timeout_ns: int | None = None,
+    stop_ns: int | None = None,
+) -> list[dict[str, Any]]:
+    """One record per job, with the columns and the status rule of the live executor.
+
+    A job that finished by its cut-off (`timeout_ns` after its arrival, or `stop_ns`, the end of
+    the grace period, whichever comes first) is `ok`; one still unfinished then is `timeout`
+    (its own deadline came first) or `cancelled` (the run ended first), recorded as the live
+    executor records them: no t_done, the tokens that had arrived by then (first, last, count,
+    largest gap), and nothing of what the server would only report at the end (queue time,
+    preemptions, cached tokens). `max_tokens` is the plan's; `output_tokens` is what was served,
+    which admission's degradation may have capped. The sim's response starts with its first
+    token: first byte and HTTP 200 are stamped then."""
     itl = result.itl_max_ns()
     workloads, endpoints = plan.names("workload"), plan.names("endpoint")
+    planned = plan.columns["max_tokens"]
+    never = 1 << 62
+    stop = never if stop_ns is None else stop_ns
+    timeout_s = (timeout_ns or 0) / 1e9
     rows = []
     for i, job in enumerate(result.jobs):
         row: dict[str, Any] = {
@@ -83,12 +122,23 @@ def records_from(result: SimResult, plan: Plan) -> list[dict[str, Any]]:
             "t_intended_ns": job.arrival_ns,
             "t_sent_ns": job.arrival_ns,
             "prompt_tokens": job.prompt_tokens,
-            "max_tokens": job.max_tokens,
+            "max_tokens": int(planned[i]),
             "output_tokens": 0,
             "n_chunks": 0,
             "worker": 0,
         }
-        if job.status == "finished":
+        deadline = job.arrival_ns + timeout_ns if timeout_ns is not None else never
+        cut = min(deadline, stop)
+        if job.status == "rejected":
+            code = job.reject_code
+            row.update(
+                status="rejected" if code in (429, 503) else "error",
+                http_status=code,
+                retry_after_s=float(job.retry_after_s),
+                error_kind={429: "rate_limited", 503: "overloaded"}.get(code, "http_4xx"),
+                error_detail="rejected by the scheduler",
+            )
+        elif job.status == "finished" and job.done_ns <= cut:
             last = result.token_times(job)
             row.update(
                 status="ok",
@@ -104,29 +154,54 @@ def records_from(result: SimResult, plan: Plan) -> list[dict[str, Any]]:
                 preemptions=job.preemptions,
                 cached_tokens=job.cached_tokens,
             )
-        elif job.status == "rejected":
+        elif cut < never:
+            seen = _seen(result, job, cut)
             row.update(
-                status="rejected" if job.reject_code in (429, 503) else "error",
-                http_status=job.reject_code,
-                retry_after_s=float(job.retry_after_s),
-                error_kind=None if job.reject_code in (429, 503) else "http_4xx",
-                error_detail="rejected by the scheduler",
+                status="timeout" if deadline <= stop else "cancelled",
+                error_detail=(
+                    f"no terminal event within {timeout_s:g}s" if deadline <= stop else None
+                ),
+                output_tokens=len(seen),
+                n_chunks=len(seen),
             )
+            if len(seen):
+                row.update(
+                    http_status=200,
+                    t_first_byte_ns=int(seen[0]),
+                    t_first_token_ns=int(seen[0]),
+                    t_last_token_ns=int(seen[-1]),
+                    itl_max_ns=int(np.diff(seen).max()) if len(seen) > 1 else None,
+                )
         else:
             row.update(status="cancelled", error_detail=f"left {job.status} by the simulation")
         rows.append(row)
     return rows
 
 
+def cut_offs(plan: Plan, scn: Scenario) -> tuple[int, int]:
+    """The run's per-request timeout and the end of its grace period (ns on the plan's clock):
+    the grace starts at the last send, which in the sim is the last planned offset."""
+    offsets = plan.columns["offset_ns"]
+    last = int(offsets.max()) if len(offsets) else 0
+    return round(scn.run.timeout * 1e9), last + round(scn.run.grace * 1e9)
+
+
 def run_sim(plan: Plan, scn: Scenario) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Simulate the plan in virtual time, honouring `run.timeout` and `run.grace` as a live run
+    does; the info names the set-up and carries the scheduler's warnings."""
     config = parse_scheduler_config(scn.scheduler)
     block_size = config.spec.block_size if config.spec.prefix_cache else None
-    result = simulate(plan_jobs(plan, scn, block_size), config)
-    info = {
+    timeout_ns, stop_ns = cut_offs(plan, scn)
+    result = simulate(
+        plan_jobs(plan, scn, block_size), config, timeout_ns=timeout_ns, stop_ns=stop_ns
+    )
+    info: dict[str, Any] = {
         "kind": "sim",
         "policy": str(config.spec.policy),
         "profile": config.profile.name,
         "replicas": str(config.replicas),
         "steps": str(result.steps),
     }
-    return records_from(result, plan), info
+    if config.warnings:
+        info["warnings"] = list(config.warnings)
+    return records_from(result, plan, timeout_ns, stop_ns), info

@@ -10,6 +10,14 @@ An idle replica (nothing running) starts a step as soon as work may be admitted:
 and after another replica's step released capacity (a tier ceiling can make a job wait while a
 replica is idle). Results carry, per job, the timing fields the live executor records, so the
 analysis treats simulated and live runs alike.
+
+A client's patience is simulated too, because a live run has it: with `timeout_ns`, a job not
+finished `timeout_ns` after its arrival is cancelled in the engine at that instant (the server
+does the same when the client disconnects), so it stops holding a batch slot and KV blocks; with
+`stop_ns` (the end of the run's grace period), every job still live then is cancelled. At one
+instant the order is: arrivals, then timeouts, then the stop, then step ends (a cancellation at
+a step boundary frees its capacity for the step that starts there). A job whose last token
+comes at or before its cut-off finished in time.
 """
 
 from __future__ import annotations
@@ -115,8 +123,17 @@ def _range_max(table: list[np.ndarray], lo: np.ndarray, hi: np.ndarray) -> np.nd
     return out
 
 
-def simulate(jobs: Iterable[Job], config: SchedulerConfig, trace: bool = False) -> SimResult:
-    """Run `jobs` (sorted by arrival_ns) through the configured engine in virtual time."""
+def simulate(
+    jobs: Iterable[Job],
+    config: SchedulerConfig,
+    trace: bool = False,
+    timeout_ns: int | None = None,
+    stop_ns: int | None = None,
+) -> SimResult:
+    """Run `jobs` (sorted by arrival_ns) through the configured engine in virtual time.
+
+    `timeout_ns`: each job is cancelled that long after its arrival unless finished by then;
+    `stop_ns`: every job still live at that instant is cancelled and the simulation ends."""
     jobs = list(jobs)
     engine = Engine(config)
     policy = engine.policy
@@ -156,7 +173,32 @@ def simulate(jobs: Iterable[Job], config: SchedulerConfig, trace: bool = False) 
     i, n = 0, len(jobs)
     now = 0
     steps = 0
+    live = ("waiting", "running", "preempted")
+    cancel = engine.cancel
+    d = 0  # next job whose timeout is due (arrivals are sorted, so deadlines are too)
+    never = 1 << 62
+    stop_at = never if stop_ns is None else stop_ns
     while i < n or running:
+        t_arrive = jobs[i].arrival_ns if i < n else never
+        t_step = running[0][0] if running else never
+        t_due = jobs[d].arrival_ns + timeout_ns if timeout_ns is not None and d < i else never
+        if t_due < t_arrive and t_due <= stop_at and t_due <= t_step:
+            job = jobs[d]
+            d += 1
+            now = t_due
+            if job.status in live:
+                cancel(job, now)
+                if log is not None:
+                    log.append((now, "timeout", job.id, job.replica))
+            continue
+        if stop_at < t_arrive and stop_at <= t_step:
+            now = stop_at
+            for job in jobs[:i]:
+                if job.status in live:
+                    cancel(job, now)
+                    if log is not None:
+                        log.append((now, "cancel", job.id, job.replica))
+            break
         if i < n and (not running or jobs[i].arrival_ns <= running[0][0]):
             job = jobs[i]
             i += 1

@@ -25,7 +25,9 @@ Drawbacks: fairness is in estimated cost, not in measured GPU time (a request th
 was charged its whole max_tokens), and the bound grows with q: small quanta are fairer, but
 below Max a class may need several rounds to afford a job. The default q is 1,024 tokens: with
 8,192, a tenant of 72-token chats held the ring for ~113 admissions a turn, and a polite
-tenant's queue overflowed its admission cap behind it (tests/test_isolation.py).
+tenant's queue overflowed its admission cap behind it (tests/test_isolation.py). With
+`cost: requests` the default quantum is one request: 1,024 would let a turn take 1,024 requests,
+exhaustive polling rather than round robin.
 Complexity: O(1) per decision when Q_i ≥ Max (every turn serves at least one job); the ring
 holds only backlogged classes. Each class's own queue is a child policy (FIFO by default; WFQ
 across a tenant's workloads in the `dwrr-wfq` preset).
@@ -39,6 +41,13 @@ from typing import Any, ClassVar
 
 from reference_scheduler.core.job import Job
 from reference_scheduler.core.policy import ACCEPTED, BasePolicy, Policy, Verdict, cost_fn, key_fn
+
+DEFAULT_TOKEN_QUANTUM = 1024.0
+
+
+def default_quantum(cost: str) -> float:
+    """A turn's quantum when none is configured: one request, or 1,024 tokens of cost."""
+    return 1.0 if cost == "requests" else DEFAULT_TOKEN_QUANTUM
 
 
 class _Class:
@@ -58,12 +67,14 @@ class Dwrr(BasePolicy):
     def __init__(
         self,
         child: Callable[[], Policy],
-        quantum: float = 1024.0,
+        quantum: float | None = None,
         cost: str = "tokens",
         key: str = "tenant",
         weights: Mapping[str, float] | None = None,
     ) -> None:
         super().__init__()
+        if quantum is None:
+            quantum = default_quantum(cost)
         if quantum <= 0:
             raise ValueError(f"quantum must be > 0, got {quantum}")
         self._child = child

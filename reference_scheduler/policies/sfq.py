@@ -7,6 +7,12 @@ Not 100% fair: flows that collide in a bucket share one bucket's share. The hash
 every `perturb` seconds from a seeded generator, so a collision does not last; flows already
 queued keep their bucket until it drains (rehashing queued jobs would reorder them). Weights are
 ignored by design (use dwrr for weighted shares). O(1) per decision.
+
+A child that charges for service (vtc, lcf) is charged: each flow's service goes to the bucket
+its latest job was dequeued from (where the flow competes now; a perturbation moves new jobs to
+a new bucket, and the charges follow them), so the child's counters advance as they would on
+their own. Without this the engine, asked whether anyone listens, skipped charging and a vtc
+child degenerated to FIFO inside each bucket.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import numpy as np
 
 from reference_scheduler.core.job import Job
 from reference_scheduler.core.policy import Policy
-from reference_scheduler.policies.dwrr import Dwrr
+from reference_scheduler.policies.dwrr import Dwrr, _Class
 
 
 class Sfq(Dwrr):
@@ -30,7 +36,7 @@ class Sfq(Dwrr):
         child: Callable[[], Policy],
         buckets: int = 64,
         perturb_s: float = 10.0,
-        quantum: float = 1024.0,
+        quantum: float | None = None,
         cost: str = "tokens",
         key: str = "tenant",
         seed: int = 0,
@@ -49,8 +55,8 @@ class Sfq(Dwrr):
             "key": key,
             "seed": seed,
         }
-        self.uses_charge = False
         self.buckets = buckets
+        self._served_in: dict[Hashable, _Class] = {}  # flow -> bucket of its latest dequeue
         self.perturb_ns = int(perturb_s * 1e9)
         self._rng = np.random.default_rng(seed)
         self._salt = int(self._rng.integers(0, 2**63))
@@ -69,3 +75,23 @@ class Sfq(Dwrr):
         flow = repr(self._key(job)).encode()
         digest = hashlib.blake2b(flow, digest_size=8, key=self._salt.to_bytes(8, "little"))
         return int.from_bytes(digest.digest(), "little") % self.buckets
+
+    def dequeue(self, now_ns: int) -> Job | None:
+        job = self.peek(now_ns)
+        if job is None:
+            return None
+        bucket = self._class_of[job.id]
+        got = super().dequeue(now_ns)
+        assert got is job
+        self._served_in[self._key(job)] = bucket
+        return job
+
+    def charge(self, job: Job, now_ns: int, prefill: int = 0, decode: int = 0) -> None:
+        bucket = self._served_in.get(self._key(job))
+        if bucket is not None:
+            bucket.child.charge(job, now_ns, prefill, decode)
+
+    def release(self, job: Job, now_ns: int) -> None:
+        bucket = self._served_in.get(self._key(job))
+        if bucket is not None:
+            bucket.child.release(job, now_ns)

@@ -16,7 +16,9 @@
       prefix_cache: {blocks: 2048, protected_classes: [interactive]}  # see prefix_cache.py
       preemption: {mode: swap, swap_bandwidth_gbps: 50, budget: {count: 3, window_s: 60}}
 
-Validated up front; a problem is reported as `scheduler.<field>: ...` on one line.
+Validated up front; a problem is reported as `scheduler.<field>: ...` on one line. A setting
+that is valid but makes a policy degenerate (see reference_scheduler.policies) is not an error;
+it is a warning line in `SchedulerConfig.warnings`, which a run carries into its summary.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from reference_scheduler.core.policy import Policy
 from reference_scheduler.core.preemption import PreemptionSpec
 from reference_scheduler.core.prefix_cache import PrefixCacheSpec
 from reference_scheduler.core.validation import lines_from
-from reference_scheduler.policies import PolicySpecError, policy_factory
+from reference_scheduler.policies import PolicySpecError, policy_factory, pool_of
 
 
 class SchedulerConfigError(Exception):
@@ -73,6 +75,7 @@ class SchedulerConfig:
     spec: SchedulerSpec
     profile: Profile
     policy_factory: Callable[[], Policy]
+    warnings: tuple[str, ...] = ()  # one line each: a setting that makes a policy degenerate
 
     @property
     def replicas(self) -> int:
@@ -100,13 +103,6 @@ def parse_scheduler_config(block: dict[str, Any] | None) -> SchedulerConfig:
         profile = load_profile(spec.profile)
     except ProfileError as error:
         problems.append(str(error))
-    factory = None
-    try:
-        factory = policy_factory(spec.policy)
-    except PolicySpecError as error:
-        problems.append(str(error))
-    if problems or profile is None or factory is None:
-        raise SchedulerConfigError(problems)
     overrides = {
         name: getattr(spec, name)
         for name in (
@@ -118,4 +114,15 @@ def parse_scheduler_config(block: dict[str, Any] | None) -> SchedulerConfig:
         )
         if getattr(spec, name) is not None
     }
-    return SchedulerConfig(spec, replace(profile, **overrides), factory)
+    if profile is not None:
+        profile = replace(profile, **overrides)
+    factory = None
+    warnings: list[str] = []
+    try:
+        pool = pool_of(profile, spec.replicas) if profile is not None else None
+        factory = policy_factory(spec.policy, pool=pool, warnings=warnings)
+    except PolicySpecError as error:
+        problems.append(str(error))
+    if problems or profile is None or factory is None:
+        raise SchedulerConfigError(problems)
+    return SchedulerConfig(spec, profile, factory, tuple(f"scheduler.{w}" for w in warnings))

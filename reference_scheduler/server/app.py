@@ -497,7 +497,9 @@ async def serve(
     ready: Callable[[str], None] | None = None,
 ) -> None:
     app = build_app(config)
-    runner = web.AppRunner(app, access_log=None)
+    # A client that disconnects cancels its handler, whose `finally` cancels the job in the
+    # engine at once, even one still queued (it has written nothing that could fail).
+    runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
     await runner.setup()
     site = web.TCPSite(runner, host or config.spec.host, config.spec.port if port is None else port)
     await site.start()

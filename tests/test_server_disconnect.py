@@ -1,0 +1,95 @@
+"""A client that goes away stops costing the reference server capacity, wherever its job is.
+
+The simulator cancels a timed-out request in the engine at its deadline; the live server must do
+the same when the client disconnects, including for a job still waiting in the queue (it has
+written nothing yet, so only the disconnect itself can tell the server). Otherwise the live
+server would admit and prefill work nobody waits for, and sim and live would diverge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+
+from reference_scheduler.server.app import serve
+from reference_scheduler.server.config import parse_server_config
+
+CONFIG = {
+    "model": "ref",
+    "scheduler": {
+        "policy": "fifo",
+        "profile": {"constant_step_ms": 20.0, "kv_cache_tokens": 20000, "max_num_seqs": 1},
+    },
+    "tenants": [{"id": "a", "api_key": "sk-a", "classes": ["interactive"]}],
+}
+
+
+def request_bytes(port: int, max_tokens: int) -> bytes:
+    body = json.dumps(
+        {
+            "model": "ref",
+            "messages": [{"role": "user", "content": "hello there"}],
+            "max_tokens": max_tokens,
+            "stream": True,
+        }
+    ).encode()
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        f"Authorization: Bearer sk-a\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+async def gauge(port: int, name: str) -> float:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    text = (await reader.read()).decode()
+    writer.close()
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not exported")
+
+
+def test_a_queued_request_whose_client_leaves_is_cancelled_at_once() -> None:
+    async def main() -> tuple[float, float, float]:
+        ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        server = asyncio.create_task(
+            serve(parse_server_config(CONFIG), "127.0.0.1", 0, ready.set_result)
+        )
+        url = await asyncio.wait_for(ready, 10)
+        port = int(url.rsplit(":", 1)[1])
+        # A holds the only slot for 20 s; B waits behind it.
+        _, a = await asyncio.open_connection("127.0.0.1", port)
+        a.write(request_bytes(port, 1000))
+        _, b = await asyncio.open_connection("127.0.0.1", port)
+        for _ in range(500):  # bounded: until A runs and B waits
+            if await gauge(port, "scheduler_running") == 1:
+                break
+            await asyncio.sleep(0.01)
+        b.write(request_bytes(port, 5))
+        for _ in range(500):
+            if await gauge(port, "scheduler_queue_depth") == 1:
+                break
+            await asyncio.sleep(0.01)
+        waiting_before = await gauge(port, "scheduler_queue_depth")
+        b.transport.abort()  # B's client gives up while B is queued
+        depth = waiting_before
+        for _ in range(500):  # A is still running throughout: only B's disconnect can act
+            depth = await gauge(port, "scheduler_queue_depth")
+            if depth == 0:
+                break
+            await asyncio.sleep(0.01)
+        running = await gauge(port, "scheduler_running")
+        a.transport.abort()
+        server.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await server
+        return waiting_before, depth, running
+
+    waiting_before, depth, running = asyncio.run(main())
+    assert waiting_before == 1
+    assert depth == 0, "the queued job of a departed client is still waiting"
+    assert running == 1  # A (never disconnected until now) kept its slot
