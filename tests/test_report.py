@@ -206,17 +206,16 @@ def test_ab_history_and_pareto_pages(tmp_path: Path) -> None:
     assert_readable_figures(page, Colors.of(["a", "b"], ["batch", "best-effort", "interactive"]))
     assert "policy: vtc" in page and "Verdicts (B vs A)" in page and 'id="ab-cdf-tenant"' in page
     # both arms' values beside the change, CI and verdict
-    assert "<th>A</th><th>B</th><th>change (B − A)</th><th>95% CI</th>" in page
+    assert "<th>A</th><th>B</th><th>change (B − A)</th><th>95% CI</th><th>threshold</th>" in page
     p99 = next(v for v in comparison.verdicts if v.metric == "ttft_p99")
-    assert (
-        f"<td>{p99.a / 1e6:.1f} ms</td><td>{p99.b / 1e6:.1f} ms</td><td>{p99.diff:+.1%}</td>"
-        in page
-    )
+    assert f"<td>{p99.a:,.1f} ms</td><td>{p99.b:,.1f} ms</td><td>{p99.diff:+.1%}</td>" in page
+    bot = next(v for v in comparison.verdicts if v.metric == "ttft_p99.tenant.a")  # per tenant
+    assert f"<td>ttft_p99.tenant.a</td><td>{bot.a:,.1f} ms</td>" in page
     att = next(v for v in comparison.verdicts if v.metric == "slo_attainment")
     assert f"<td>{att.a:.1%}</td><td>{att.b:.1%}</td>" in page
     assert "<a href='a/report.html'>a</a>" in page  # the runs, linked relative to the page
     summaries = [
-        {"overall": {"latency_ms": {"ttft": {"p99": v}}}}
+        {"metrics": {"overall": {"ttft_p99": {"value": v}}}}
         for v in [100, 101, 99, 100, 102, 130, 131, 129, 132, 130]
     ]
     page = history_report(summaries, [f"n{k}" for k in range(10)], ["ttft_p99"])
@@ -224,7 +223,10 @@ def test_ab_history_and_pareto_pages(tmp_path: Path) -> None:
     assert_readable_figures(page, Colors.of([], []))
     page = pareto_report(
         ["x", "y"],
-        [{"overall": {"goodput": {"requests_per_s": v}}} for v in (1.0, 2.0)],
+        [
+            {"metrics": {"overall": {"goodput": {"value": v}, "ttft_p99": {"value": 9.0}}}}
+            for v in (1.0, 2.0)
+        ],
         "goodput",
         "ttft_p99",
         ("max", "min"),

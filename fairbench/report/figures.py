@@ -105,11 +105,14 @@ def ttft_p99_over_time(
     )
     d = drift.get("drift")
     title = "TTFT p99 over time (rolling windows)"
-    if d:
-        title += (
-            f" — drift {d['relative']:+.1%} [{d['ci_low']:+.1%}, {d['ci_high']:+.1%}],"
-            f" trend p={d['trend_p']:.2f}"
+    if d and d.get("relative") is not None:
+        ci = (
+            f" [{d['ci_low']:+.1%}, {d['ci_high']:+.1%}]"
+            if d.get("ci_low") is not None
+            else " (no interval: unfinished requests in a window)"
         )
+        bound = "≥ " if d.get("lower_bound") else ""
+        title += f" — drift {bound}{d['relative']:+.1%}{ci}, trend p={d['trend_p']:.2f}"
     shade_window(fig, window, t_end)
     fig.update_layout(
         title=title, xaxis_title=f"window start, {INTENDED_CLOCK}", yaxis_title="TTFT p99 (ms)"

@@ -147,6 +147,7 @@ def records_from(
                 t_first_token_ns=job.first_token_ns if job.max_tokens else None,
                 t_last_token_ns=int(last[-1]) if len(last) else None,
                 t_done_ns=job.done_ns,
+                t_end_ns=job.done_ns,
                 output_tokens=job.max_tokens,
                 n_chunks=job.max_tokens,
                 itl_max_ns=int(itl[i]) if itl[i] >= 0 else None,
@@ -163,6 +164,7 @@ def records_from(
                 ),
                 output_tokens=len(seen),
                 n_chunks=len(seen),
+                t_end_ns=int(cut),  # when the client stopped waiting: the censoring time
             )
             if len(seen):
                 row.update(
