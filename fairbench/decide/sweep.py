@@ -292,6 +292,7 @@ def search_knee(
         return _judge(trail, roles, None)
     if at(high, "high"):
         result = _judge(trail, roles, high)
+        result.verified = False  # nothing above --high was tried
         result.note = result.note or f"x{high:.4g} (--high) still holds; raise --high"
         return result
     lo, hi = low, high
