@@ -8,7 +8,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
 import typer
@@ -25,11 +25,10 @@ from fairbench.cli.inputs import (
     run_dir,
     scenario_with,
 )
-from fairbench.decide.compare import CompareRefused, Comparison, compare_dirs
-from fairbench.pipeline import run_scenario
-from fairbench.report import write_run_report
-from fairbench.run import RunOptions, write_json
 from fairbench.workload.scenario import ScenarioError, parse_scenario
+
+if TYPE_CHECKING:
+    from fairbench.decide.compare import Comparison
 
 out = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, soft_wrap=True)  # one problem, one line, however long
@@ -87,7 +86,7 @@ def register(app: typer.Typer) -> None:
     def compare(
         runs: Annotated[
             list[Path] | None,
-            typer.Argument(help="two run directories, A then B", metavar="[RUN_A RUN_B]"),
+            typer.Argument(help="two run directories, A then B", metavar="RUN"),
         ] = None,
         a: Annotated[
             list[Path] | None,
@@ -105,6 +104,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Paired A/B verdicts for runs that replayed the same plan (pairs matched by plan
         digest)."""
+        from fairbench.decide.compare import CompareRefused, compare_dirs
+
         level = confidence_level(confidence)
         a_dirs = list(a or [])
         b_dirs = list(b or [])
@@ -177,7 +178,10 @@ def register(app: typer.Typer) -> None:
         resamples: RESAMPLES = 1000,
     ) -> None:
         """Run arms A and B on the same plans (seeds interleaved A B B A ...) and compare."""
-        from fairbench.decide.compare import default_metrics
+        from fairbench.decide.compare import CompareRefused, compare_dirs, default_metrics
+        from fairbench.pipeline import run_scenario
+        from fairbench.report import write_run_report
+        from fairbench.run import RunOptions, write_json
 
         level = confidence_level(confidence)
         raw = read_document(file)
@@ -327,6 +331,7 @@ def register_sweeps(app: typer.Typer) -> None:
 
         report.html plots the first two objectives (with one objective it is not written)."""
         from fairbench.decide.sweep import run_sweep
+        from fairbench.report import write_run_report
 
         names, senses = _objectives(objective or DEFAULT_OBJECTIVES)
         _scenario_file(file, "sweep file")
@@ -364,13 +369,14 @@ def register_sweeps(app: typer.Typer) -> None:
 
     @app.command()
     def pareto(
-        runs: Annotated[list[Path], typer.Argument(help="run directories", metavar="RUN...")],
+        runs: Annotated[list[Path], typer.Argument(help="run directories", metavar="RUN")],
         objective: OBJECTIVE = None,
     ) -> None:
         """The non-dominated runs on the chosen objectives (dominated ones shown dimmed)."""
         names, senses = _objectives(objective or DEFAULT_OBJECTIVES)
         summaries = [read_summary(r) for r in runs]
-        out.print(front_table("Pareto front", [str(r) for r in runs], summaries, names, senses))
+        title = "Pareto front" if len(names) > 1 else f"best on {names[0]}"
+        out.print(front_table(title, [str(r) for r in runs], summaries, names, senses))
 
     @app.command()
     def knee(
@@ -408,6 +414,9 @@ def register_sweeps(app: typer.Typer) -> None:
         The answer is then verified: run again (next seed) and one --tolerance step above. If
         attainment does not fall steadily with load, the output and knee.json say so."""
         from fairbench.decide.sweep import scale_load, search_knee
+        from fairbench.pipeline import run_scenario
+        from fairbench.report import write_run_report
+        from fairbench.run import RunOptions, write_json
 
         if high <= low:
             raise UsageFailure(f"--high {high:g}: must be above --low {low:g}")
@@ -468,6 +477,14 @@ def register_sweeps(app: typer.Typer) -> None:
         if result.best is None:
             out.print(
                 f"even x{low:g} misses the SLOs; lower --low (results in {base})",
+                markup=False,
+                highlight=False,
+            )
+            return
+        if result.best == high and result.monotone:
+            out.print(
+                f"knee: above x{high:g} of {file.name}: --high still meets every SLO at "
+                f"{attainment:.0%}; raise --high (results in {base})",
                 markup=False,
                 highlight=False,
             )
@@ -546,7 +563,7 @@ def register_report(app: typer.Typer) -> None:
     @app.command()
     def report(
         runs: Annotated[
-            list[Path] | None, typer.Argument(help="run directories", metavar="[RUN...]")
+            list[Path] | None, typer.Argument(help="run directories", metavar="RUN")
         ] = None,
         compare_runs: Annotated[
             bool, typer.Option("--compare", help="RUNS are A B: write the A/B document")
@@ -582,7 +599,8 @@ def register_report(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Write HTML reports (offline, self-contained): per run, an A/B document, or history."""
-        from fairbench.report import comparison_report, history_report
+        from fairbench.decide.compare import CompareRefused, compare_dirs
+        from fairbench.report import comparison_report, history_report, write_run_report
 
         runs = list(runs or [])
         if sum((compare_runs, quarterly, history)) > 1:

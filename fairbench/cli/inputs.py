@@ -16,7 +16,6 @@ from typing import Any
 
 import yaml
 
-from fairbench.decide.sweep import set_path
 from fairbench.workload.scenario import (
     Scenario,
     ScenarioError,
@@ -86,6 +85,8 @@ def apply_overrides(
     """A copy of the scenario document with each PATH=VALUE of `items` set (VALUE read as YAML),
     and each override's field path as validation errors write it. Tenants are addressed by id
     or index (`tenants.support-bot.weight=3`), workloads by name."""
+    from fairbench.decide.sweep import set_path  # lazily: decide pulls in the analysis stack
+
     data = json.loads(json.dumps(raw))
     placed: list[str] = []
     for item in items:

@@ -23,7 +23,6 @@ from rich.table import Table
 
 from fairbench._version import __version__
 from fairbench.cli.inputs import SET_HELP, UsageFailure, scenario_with
-from fairbench.plan.materialize import materialize
 from fairbench.workload.scenario import ScenarioError, json_schema, load_scenario
 from fairbench.workload.traces import TraceError
 
@@ -68,9 +67,11 @@ def _root(
 
 @app.command()
 def validate(
-    files: Annotated[list[Path], typer.Argument(help="scenario files", metavar="FILE...")],
+    files: Annotated[list[Path], typer.Argument(help="scenario files", metavar="FILE")],
 ) -> None:
     """Check scenario files (and the traces they replay); print one line per problem."""
+    from fairbench.plan.materialize import materialize
+
     bad = 0
     for path in files:
         try:
@@ -113,6 +114,8 @@ def plan(
     as_json: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
 ) -> None:
     """Materialize a scenario's plan and show what it contains."""
+    from fairbench.plan.materialize import materialize
+
     _, scn = scenario_with(file, overrides, "--set")
     the_plan = materialize(scn, seed)
     rows = the_plan.summary_rows()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -13,10 +13,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from fairbench.cli.inputs import SET_HELP, scenario_with
-from fairbench.pipeline import run_scenario
-from fairbench.report import write_run_report
-from fairbench.run import RunOptions
-from fairbench.run.executor import LiveCounters
+
+if TYPE_CHECKING:
+    from fairbench.run.executor import LiveCounters
 
 console = Console(stderr=True)
 out = Console(width=None if sys.stdout.isatty() else 160)  # logs and pipes get full rows
@@ -118,6 +117,10 @@ def register(app: typer.Typer) -> None:
         quiet: Annotated[bool, typer.Option("--quiet", help="no progress display")] = False,
     ) -> None:
         """Run a scenario open-loop against its target and write a run directory."""
+        from fairbench.pipeline import run_scenario  # lazily: --help need not load the stack
+        from fairbench.report import write_run_report
+        from fairbench.run import RunOptions
+
         _, scn = scenario_with(file, overrides, "--set")
         options = RunOptions(out=out_dir, seed=seed, workers=workers, base_url=target_url)
         with Progress(
