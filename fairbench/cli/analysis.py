@@ -104,8 +104,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Paired A/B verdicts for runs that replayed the same plan (pairs matched by plan
         digest)."""
-        from fairbench.decide.compare import CompareRefused, compare_dirs
-
         level = confidence_level(confidence)
         a_dirs = list(a or [])
         b_dirs = list(b or [])
@@ -119,10 +117,11 @@ def register(app: typer.Typer) -> None:
             b_dirs.append(runs[1])
         if not a_dirs or not b_dirs:
             raise UsageFailure("compare: nothing to compare; give RUN_A RUN_B (or --a RUN --b RUN)")
+        a_dirs, b_dirs = _compared_dirs(a_dirs), _compared_dirs(b_dirs)
+        from fairbench.decide.compare import CompareRefused, compare_dirs  # after the checks
+
         try:
-            comparison = compare_dirs(
-                _compared_dirs(a_dirs), _compared_dirs(b_dirs), resamples, level
-            )
+            comparison = compare_dirs(a_dirs, b_dirs, resamples, level)
         except CompareRefused as error:
             raise UsageFailure(f"cannot compare: {error}") from None
         note = design_note(comparison, COMPARE_ADVICE)
@@ -178,17 +177,17 @@ def register(app: typer.Typer) -> None:
         resamples: RESAMPLES = 1000,
     ) -> None:
         """Run arms A and B on the same plans (seeds interleaved A B B A ...) and compare."""
-        from fairbench.decide.compare import CompareRefused, compare_dirs, default_metrics
-        from fairbench.pipeline import run_scenario
-        from fairbench.report import write_run_report
-        from fairbench.run import RunOptions, write_json
-
         level = confidence_level(confidence)
         raw = read_document(file)
         arms = {
             "A": scenario_with(file, a, "--a", raw)[1],
             "B": scenario_with(file, b, "--b", raw)[1],
         }
+        from fairbench.decide.compare import CompareRefused, compare_dirs, default_metrics
+        from fairbench.pipeline import run_scenario
+        from fairbench.report import write_run_report
+        from fairbench.run import RunOptions, write_json
+
         width = None if precision is None else precision / 100
         if width is not None:
             weights = np.array([t.weight for t in arms["A"].tenants], dtype=float)
@@ -330,11 +329,11 @@ def register_sweeps(app: typer.Typer) -> None:
         """Run every point of a grid (simulated points in parallel) and show the Pareto front.
 
         report.html plots the first two objectives (with one objective it is not written)."""
-        from fairbench.decide.sweep import run_sweep
-        from fairbench.report import write_run_report
-
         names, senses = _objectives(objective or DEFAULT_OBJECTIVES)
         _scenario_file(file, "sweep file")
+        from fairbench.decide.sweep import run_sweep  # after the checks: it loads the stack
+        from fairbench.report import write_run_report
+
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
         base = out_dir or Path("reports") / f"sweep-{file.stem}-{stamp}"
         base.mkdir(parents=True, exist_ok=True)
@@ -413,14 +412,14 @@ def register_sweeps(app: typer.Typer) -> None:
 
         The answer is then verified: run again (next seed) and one --tolerance step above. If
         attainment does not fall steadily with load, the output and knee.json say so."""
-        from fairbench.decide.sweep import scale_load, search_knee
+        if high <= low:
+            raise UsageFailure(f"--high {high:g}: must be above --low {low:g}")
+        raw, scn0 = scenario_with(file, overrides, "--set")
+        from fairbench.decide.sweep import scale_load, search_knee  # after the checks
         from fairbench.pipeline import run_scenario
         from fairbench.report import write_run_report
         from fairbench.run import RunOptions, write_json
 
-        if high <= low:
-            raise UsageFailure(f"--high {high:g}: must be above --low {low:g}")
-        raw, scn0 = scenario_with(file, overrides, "--set")
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
         base = out_dir or Path("reports") / f"knee-{file.stem}-{stamp}"
         seen: dict[float, int] = {}
@@ -599,9 +598,6 @@ def register_report(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Write HTML reports (offline, self-contained): per run, an A/B document, or history."""
-        from fairbench.decide.compare import CompareRefused, compare_dirs
-        from fairbench.report import comparison_report, history_report, write_run_report
-
         runs = list(runs or [])
         if sum((compare_runs, quarterly, history)) > 1:
             raise UsageFailure("report: give one of --compare, --quarterly, --history")
@@ -609,6 +605,8 @@ def register_report(app: typer.Typer) -> None:
             if not runs:
                 raise UsageFailure("report --history: give the run directories to chart")
             summaries = [read_summary(r) for r in runs]
+            from fairbench.report import history_report
+
             started = [_started_at(r) for r in runs]
             order = sorted(range(len(runs)), key=lambda k: started[k])
             page = history_report(
@@ -624,8 +622,12 @@ def register_report(app: typer.Typer) -> None:
             b_dirs = list(b or []) + ([runs[1]] if compare_runs else [])
             if not a_dirs or not b_dirs:
                 raise UsageFailure("report --quarterly: give --a RUN and --b RUN (repeat)")
+            a_dirs, b_dirs = _compared_dirs(a_dirs), _compared_dirs(b_dirs)
+            from fairbench.decide.compare import CompareRefused, compare_dirs
+            from fairbench.report import comparison_report
+
             try:
-                comparison = compare_dirs(_compared_dirs(a_dirs), _compared_dirs(b_dirs))
+                comparison = compare_dirs(a_dirs, b_dirs)
             except CompareRefused as error:
                 raise UsageFailure(f"cannot compare: {error}") from None
             changed = _what_changed(a_dirs[0], b_dirs[0])
@@ -636,6 +638,8 @@ def register_report(app: typer.Typer) -> None:
                 raise UsageFailure("report: give run directories (or --compare, --history)")
             for run in runs:
                 run_dir(run, "summary.json", "records.parquet", "scenario.yaml")
+            from fairbench.report import write_run_report
+
             for run in runs:
                 write_run_report(run)
                 out.print(

@@ -117,11 +117,11 @@ def register(app: typer.Typer) -> None:
         quiet: Annotated[bool, typer.Option("--quiet", help="no progress display")] = False,
     ) -> None:
         """Run a scenario open-loop against its target and write a run directory."""
-        from fairbench.pipeline import run_scenario  # lazily: --help need not load the stack
+        _, scn = scenario_with(file, overrides, "--set")
+        from fairbench.pipeline import run_scenario  # after the checks: it loads the stack
         from fairbench.report import write_run_report
         from fairbench.run import RunOptions
 
-        _, scn = scenario_with(file, overrides, "--set")
         options = RunOptions(out=out_dir, seed=seed, workers=workers, base_url=target_url)
         with Progress(
             TextColumn("[bold]{task.description}"),
