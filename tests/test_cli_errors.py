@@ -52,6 +52,9 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     (root / "broken.yaml").write_text("name: [unclosed\n", encoding="utf-8")
     (root / "not-a-run").mkdir()
+    (root / "ab-done" / "A-0").mkdir(parents=True)
+    (root / "knee-done").mkdir()
+    (root / "knee-done" / "knee.json").write_text("{}", encoding="utf-8")
     (root / "rules.yaml").write_text("rules: []\n", encoding="utf-8")
     return root
 
@@ -110,6 +113,11 @@ CASES: list[tuple[str, list[str]]] = [
     ("report-nothing", ["report"]),
     ("report-two-modes", ["report", "--history", "--compare", "{w}/x", "{w}/y"]),
     ("gate-no-rules", ["gate", "--candidate", "{w}/not-a-run"]),
+    (
+        "ab-out-taken",
+        ["ab", "{w}/tiny.yaml", "--a", "run.seed=1", "--b", "run.seed=2", "--out", "{w}/ab-done"],
+    ),
+    ("knee-out-taken", ["knee", "{w}/tiny.yaml", "--out", "{w}/knee-done"]),
     # bad overrides
     ("ab-top-level-typo", ["ab", "{w}/tiny.yaml", "--a", "policy=fifo", "--b", "run.seed=2"]),
     ("ab-no-equals", ["ab", "{w}/tiny.yaml", "--a", "run.seed=1", "--b", "scheduler.policy"]),

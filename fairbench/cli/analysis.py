@@ -198,6 +198,8 @@ def register(app: typer.Typer) -> None:
                 )
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
         base = out_dir or Path("reports") / f"ab-{arms['A'].name}-{stamp}"
+        if (base / "comparison.json").exists() or (base / "A-0").exists():
+            raise UsageFailure(f"--out {base} already holds an A/B; choose a new directory")
         dirs: dict[str, list[Path]] = {"A": [], "B": []}
         seed0 = arms["A"].run.seed
         i = 0
@@ -345,6 +347,10 @@ def register_sweeps(app: typer.Typer) -> None:
             if error.source is None:
                 error.source = str(file)
             raise
+        except FileNotFoundError as error:  # the scenario the sweep file names
+            raise UsageFailure(
+                f"{file}: scenario: no such file {error.filename} (relative to the sweep file)"
+            ) from None
         labels = [
             " ".join(f"{k}={v}" for k, v in r["params"].items())
             + (f" seed={r['seed']}" if r["seed"] is not None else "")
@@ -422,6 +428,8 @@ def register_sweeps(app: typer.Typer) -> None:
 
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
         base = out_dir or Path("reports") / f"knee-{file.stem}-{stamp}"
+        if (base / "knee.json").exists() or any(base.glob("00-x*")):
+            raise UsageFailure(f"--out {base} already holds a knee search; choose a new directory")
         seen: dict[float, int] = {}
         details: list[dict[str, Any]] = []
 
