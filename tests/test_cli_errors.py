@@ -117,6 +117,10 @@ CASES: list[tuple[str, list[str]]] = [
         "ab-out-taken",
         ["ab", "{w}/tiny.yaml", "--a", "run.seed=1", "--b", "run.seed=2", "--out", "{w}/ab-done"],
     ),
+    (
+        "ab-arms-differ-in-plan",
+        ["ab", "{w}/tiny.yaml", "--a", "run.duration=3s", "--b", "scheduler.policy=fifo"],
+    ),
     ("knee-out-taken", ["knee", "{w}/tiny.yaml", "--out", "{w}/knee-done"]),
     # bad overrides
     ("ab-top-level-typo", ["ab", "{w}/tiny.yaml", "--a", "policy=fifo", "--b", "run.seed=2"]),

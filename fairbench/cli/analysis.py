@@ -185,9 +185,17 @@ def register(app: typer.Typer) -> None:
         }
         from fairbench.decide.compare import CompareRefused, compare_dirs, default_metrics
         from fairbench.pipeline import run_scenario
+        from fairbench.plan.materialize import materialize
         from fairbench.report import write_run_report
         from fairbench.run import RunOptions, write_json
 
+        seed0 = arms["A"].run.seed
+        if materialize(arms["A"], seed0).digest != materialize(arms["B"], seed0).digest:
+            raise UsageFailure(
+                f"--a {' '.join(a)} / --b {' '.join(b)}: the arms plan different requests, and "
+                "an A/B replays one plan in both: override what serves the requests (scheduler, "
+                "target, tenant weights), not what makes them (workloads, arrivals, run)"
+            )
         width = None if precision is None else precision / 100
         if width is not None:
             weights = np.array([t.weight for t in arms["A"].tenants], dtype=float)
@@ -201,7 +209,6 @@ def register(app: typer.Typer) -> None:
         if (base / "comparison.json").exists() or (base / "A-0").exists():
             raise UsageFailure(f"--out {base} already holds an A/B; choose a new directory")
         dirs: dict[str, list[Path]] = {"A": [], "B": []}
-        seed0 = arms["A"].run.seed
         i = 0
         comparison: Comparison | None = None
         why = "the planned iterations ran"
