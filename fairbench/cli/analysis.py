@@ -1,4 +1,5 @@
-"""`fairbench compare` and `fairbench ab`: paired A/B verdicts. Registered by fairbench.cli.main."""
+"""`fairbench compare`, `ab`, `sweep`, `pareto`, `knee`, `gate` and `report`: the commands that
+decide across runs. Registered on the app by `fairbench.cli.main.main`."""
 
 from __future__ import annotations
 
@@ -7,26 +8,48 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from fairbench.decide.compare import CompareRefused, Comparison, compare_dirs
-from fairbench.pipeline import run_scenario
-from fairbench.report import write_run_report
-from fairbench.run import RunOptions, write_json
-from fairbench.workload.scenario import ScenarioError, parse_scenario, read_yaml
+from fairbench.cli.inputs import (
+    CONFIDENCE_HELP,
+    SET_HELP,
+    UsageFailure,
+    confidence_level,
+    read_document,
+    read_summary,
+    run_dir,
+    scenario_with,
+)
+from fairbench.workload.scenario import ScenarioError, parse_scenario
+
+if TYPE_CHECKING:
+    from fairbench.decide.compare import Comparison
 
 out = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # one problem, one line, however long
 
 
-def verdict_table(comparison: Comparison, title: str) -> Table:
-    table = Table(title=title, caption=comparison.design, title_justify="left")
-    for col in ("metric", "A", "B", "change", "95% CI", "p", "verdict"):
+def _level_text(level: float) -> str:
+    return f"{level * 100:g}%"
+
+
+def design_note(comparison: Comparison, advice: str) -> str:
+    """The comparison's design line, with the advice for one pair given by the command that
+    prints it (compare has no --iterations; ab has no --a RUN)."""
+    text = comparison.design
+    if comparison.pairs < 2:
+        text = text.split(" — ")[0] + " — " + advice
+    return text
+
+
+def verdict_table(comparison: Comparison, title: str, level: float, caption: str) -> Table:
+    table = Table(title=title, caption=caption, title_justify="left")
+    for col in ("metric", "A", "B", "change", f"{_level_text(level)} CI", "p", "verdict"):
         table.add_column(col, justify="left" if col in ("metric", "verdict") else "right")
     colour = {"better": "green", "worse": "red", "cannot evaluate": "yellow"}
     for v in comparison.verdicts:
@@ -46,86 +69,146 @@ def verdict_table(comparison: Comparison, title: str) -> Table:
     return table
 
 
-def variant(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """The scenario with each PATH=VALUE applied (VALUE read as YAML)."""
-    from fairbench.decide.sweep import apply
+COMPARE_ADVICE = "compare 3 or more pairs (repeat --a RUN --b RUN)"
+AB_ADVICE = "use --iterations 3 or more"
+CONFIDENCE = Annotated[str, typer.Option("--confidence", help=CONFIDENCE_HELP, metavar="PCT")]
+RESAMPLES = Annotated[
+    int, typer.Option("--resamples", min=100, help="bootstrap resamples per metric", metavar="N")
+]
 
-    params = {}
-    for item in overrides:
-        path, sep, text = item.partition("=")
-        if not sep:
-            raise typer.BadParameter(f"{item!r}: use PATH=VALUE, e.g. scheduler.policy=dwrr")
-        params[path.strip()] = read_yaml(text)
-    return apply(raw, params)
+
+def _compared_dirs(paths: list[Path]) -> list[Path]:
+    return [run_dir(p, "summary.json", "records.parquet", "scenario.yaml") for p in paths]
 
 
 def register(app: typer.Typer) -> None:
     @app.command()
     def compare(
-        runs: Annotated[list[Path] | None, typer.Argument(help="RUN_A RUN_B")] = None,
-        a: Annotated[list[Path] | None, typer.Option("--a", help="A runs (repeat)")] = None,
-        b: Annotated[list[Path] | None, typer.Option("--b", help="B runs (repeat)")] = None,
-        resamples: Annotated[int, typer.Option(min=100)] = 1000,
-        confidence: Annotated[float, typer.Option(min=0.5, max=0.999)] = 0.95,
-        as_json: Annotated[bool, typer.Option("--json")] = False,
+        runs: Annotated[
+            list[Path] | None,
+            typer.Argument(help="two run directories, A then B", metavar="RUN"),
+        ] = None,
+        a: Annotated[
+            list[Path] | None,
+            typer.Option(
+                "--a", help="an A run directory (repeat for several pairs)", metavar="RUN"
+            ),
+        ] = None,
+        b: Annotated[
+            list[Path] | None,
+            typer.Option("--b", help="a B run directory (repeat for several pairs)", metavar="RUN"),
+        ] = None,
+        resamples: RESAMPLES = 1000,
+        confidence: CONFIDENCE = "95",
+        as_json: Annotated[bool, typer.Option("--json", help="print the verdicts as JSON")] = False,
     ) -> None:
-        """Paired A/B verdicts for runs that replayed the same plan."""
+        """Paired A/B verdicts for runs that replayed the same plan (pairs matched by plan
+        digest)."""
+        level = confidence_level(confidence)
         a_dirs = list(a or [])
         b_dirs = list(b or [])
         if runs:
             if len(runs) != 2:
-                raise typer.BadParameter("give two runs (A B), or --a/--b for several")
+                raise UsageFailure(
+                    f"compare: give two runs (RUN_A RUN_B), got {len(runs)}; "
+                    "for several pairs repeat --a RUN --b RUN"
+                )
             a_dirs.append(runs[0])
             b_dirs.append(runs[1])
         if not a_dirs or not b_dirs:
-            raise typer.BadParameter("nothing to compare: give RUN_A RUN_B")
+            raise UsageFailure("compare: nothing to compare; give RUN_A RUN_B (or --a RUN --b RUN)")
+        a_dirs, b_dirs = _compared_dirs(a_dirs), _compared_dirs(b_dirs)
+        from fairbench.decide.compare import CompareRefused, compare_dirs  # after the checks
+
         try:
-            comparison = compare_dirs(a_dirs, b_dirs, resamples, confidence)
-        except (CompareRefused, FileNotFoundError) as error:
-            err.print(f"cannot compare: {error}", markup=False, highlight=False)
-            raise typer.Exit(2) from None
+            comparison = compare_dirs(a_dirs, b_dirs, resamples, level)
+        except CompareRefused as error:
+            raise UsageFailure(f"cannot compare: {error}") from None
+        note = design_note(comparison, COMPARE_ADVICE)
         if as_json:
-            sys.stdout.write(json.dumps(comparison.as_dict(), indent=2) + "\n")
+            payload = {**comparison.as_dict(), "design": note, "confidence": level}
+            sys.stdout.write(json.dumps(payload, indent=2) + "\n")
         else:
-            out.print(verdict_table(comparison, "B vs A"))
+            out.print(verdict_table(comparison, "B vs A", level, note))
 
     @app.command()
     def ab(
-        file: Annotated[Path, typer.Argument(help="scenario file")],
-        a: Annotated[list[str], typer.Option("--a", help="PATH=VALUE for arm A (repeat)")],
-        b: Annotated[list[str], typer.Option("--b", help="PATH=VALUE for arm B (repeat)")],
-        iterations: Annotated[int, typer.Option(min=1)] = 3,
-        confidence: Annotated[
-            str | None,
+        file: Annotated[Path, typer.Argument(help="scenario file", metavar="FILE")],
+        a: Annotated[
+            list[str],
             typer.Option(
-                help="Netperf-style 'LEVEL,WIDTH' (e.g. 99,5): add iterations until the first "
-                "metric's CI is within ±WIDTH/2 % or --max-iterations"
+                "--a",
+                help="PATH=VALUE for arm A (repeat), e.g. scheduler.policy=fifo; tenants by id "
+                "or index (tenants.<id>.weight=3), workloads by name",
+                metavar="PATH=VALUE",
+            ),
+        ],
+        b: Annotated[
+            list[str],
+            typer.Option("--b", help="PATH=VALUE for arm B (repeat), as --a", metavar="PATH=VALUE"),
+        ],
+        iterations: Annotated[
+            int, typer.Option(min=1, help="pairs of runs (without --precision)", metavar="N")
+        ] = 3,
+        confidence: CONFIDENCE = "95",
+        precision: Annotated[
+            float | None,
+            typer.Option(
+                help="Netperf-style: add pairs until --metric's CI is at most WIDTH % wide "
+                "(±WIDTH/2), or --max-iterations",
+                metavar="WIDTH",
+                min=0.01,
             ),
         ] = None,
-        metric: Annotated[str, typer.Option(help="metric for --confidence")] = "ttft_p99",
-        max_iterations: Annotated[int, typer.Option(min=1)] = 10,
-        out_dir: Annotated[Path | None, typer.Option("--out")] = None,
-        resamples: Annotated[int, typer.Option(min=100)] = 1000,
+        metric: Annotated[
+            str, typer.Option(help="the metric --precision watches", metavar="NAME")
+        ] = "ttft_p99",
+        max_iterations: Annotated[
+            int, typer.Option(min=1, help="most pairs of runs with --precision", metavar="N")
+        ] = 10,
+        out_dir: Annotated[
+            Path | None,
+            typer.Option(
+                "--out",
+                help="directory (default: reports/ab-<scenario>-<UTC time>/)",
+                metavar="DIR",
+            ),
+        ] = None,
+        resamples: RESAMPLES = 1000,
     ) -> None:
         """Run arms A and B on the same plans (seeds interleaved A B B A ...) and compare."""
-        raw = read_yaml(file.read_text(encoding="utf-8"))
-        if not isinstance(raw, dict):
-            raise ScenarioError(["(top level): must be a mapping of fields"], str(file))
+        level = confidence_level(confidence)
+        raw = read_document(file)
         arms = {
-            "A": parse_scenario(variant(raw, a), str(file), file.parent),
-            "B": parse_scenario(variant(raw, b), str(file), file.parent),
+            "A": scenario_with(file, a, "--a", raw)[1],
+            "B": scenario_with(file, b, "--b", raw)[1],
         }
-        level, width = 0.95, None
-        if confidence:
-            try:
-                lv, wd = (float(x) for x in confidence.split(","))
-                level, width = lv / 100, wd / 100
-            except ValueError:
-                raise typer.BadParameter("--confidence takes LEVEL,WIDTH, e.g. 99,5") from None
+        from fairbench.decide.compare import CompareRefused, compare_dirs, default_metrics
+        from fairbench.pipeline import run_scenario
+        from fairbench.plan.materialize import materialize
+        from fairbench.report import write_run_report
+        from fairbench.run import RunOptions, write_json
+
+        seed0 = arms["A"].run.seed
+        if materialize(arms["A"], seed0).digest != materialize(arms["B"], seed0).digest:
+            raise UsageFailure(
+                f"--a {' '.join(a)} / --b {' '.join(b)}: the arms plan different requests, and "
+                "an A/B replays one plan in both: override what serves the requests (scheduler, "
+                "target, tenant weights), not what makes them (workloads, arrivals, run)"
+            )
+        width = None if precision is None else precision / 100
+        if width is not None:
+            weights = np.array([t.weight for t in arms["A"].tenants], dtype=float)
+            known = [m.name for m in default_metrics(list(arms["A"].slo_classes), weights)]
+            if metric not in known:
+                raise UsageFailure(
+                    f"--metric {metric!r}: not a compared metric; use one of {', '.join(known)}"
+                )
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
         base = out_dir or Path("reports") / f"ab-{arms['A'].name}-{stamp}"
+        if (base / "comparison.json").exists() or (base / "A-0").exists():
+            raise UsageFailure(f"--out {base} already holds an A/B; choose a new directory")
         dirs: dict[str, list[Path]] = {"A": [], "B": []}
-        seed0 = arms["A"].run.seed
         i = 0
         comparison: Comparison | None = None
         why = "the planned iterations ran"
@@ -149,37 +232,47 @@ def register(app: typer.Typer) -> None:
                 comparison = compare_dirs(dirs["A"], dirs["B"], resamples, level)
             except CompareRefused as error:
                 err.print(f"cannot compare: {error}", markup=False, highlight=False)
-                raise typer.Exit(2) from None
+                raise typer.Exit(1) from None  # a measured failure: an arm ran INVALID
             if width is None:
                 break
             target = next((v for v in comparison.verdicts if v.metric == metric), None)
-            if target is None:
-                raise typer.BadParameter(f"--metric {metric!r} is not a compared metric")
-            half = (target.ci_high - target.ci_low) / 2
+            half = math.nan if target is None else (target.ci_high - target.ci_low) / 2
             if i >= 2 and math.isfinite(half) and half <= width / 2:
                 why = f"{metric}: CI half-width {half:.2%} within ±{width / 2:.2%} after {i}"
                 break
             why = f"{metric}: max iterations ({max_iterations}) reached before ±{width / 2:.2%}"
         assert comparison is not None
+        note = design_note(comparison, AB_ADVICE)
         write_json(
             base / "comparison.json",
             {
                 **comparison.as_dict(),
+                "design": note,
+                "confidence": level,
                 "stopped": why,
                 "a": [str(p) for p in dirs["A"]],
                 "b": [str(p) for p in dirs["B"]],
             },
         )
-        out.print(verdict_table(comparison, f"B ({' '.join(b)}) vs A ({' '.join(a)})"))
+        out.print(verdict_table(comparison, f"B ({' '.join(b)}) vs A ({' '.join(a)})", level, note))
         out.print(f"{why}; comparison.json in {base}", markup=False, highlight=False)
 
 
 def _objectives(specs: list[str]) -> tuple[list[str], list[str]]:
+    """NAME:max|min specs, checked before anything runs (a typo must not cost a sweep)."""
+    from fairbench.analysis.registry import ALIASES
+
     names, senses = [], []
     for spec in specs:
         name, _, sense = spec.rpartition(":")
         if sense not in ("max", "min") or not name:
-            raise typer.BadParameter(f"{spec!r}: use NAME:max or NAME:min, e.g. goodput:max")
+            raise UsageFailure(f"--objective {spec!r}: use NAME:max or NAME:min, e.g. goodput:max")
+        if "." not in name and name not in ALIASES:
+            raise UsageFailure(
+                f"--objective {spec!r}: unknown metric {name!r}; use one of "
+                f"{', '.join(ALIASES)}, ttft_p99.<class>, slo_attainment.<class>, "
+                "or a dotted path into summary.json"
+            )
         names.append(name)
         senses.append(sense)
     return names, senses
@@ -201,33 +294,70 @@ def front_table(
     table.add_column("point")
     for name, sense in zip(names, senses, strict=True):
         table.add_column(f"{name} ({sense})", justify="right")
-    table.add_column("front")
+    one = len(names) == 1
+    table.add_column("best" if one else "front")
     for label, row, on in zip(labels, values, front, strict=True):
         style = "bold" if on else "dim"
-        table.add_row(label, *(f"{v:.4g}" for v in row), "yes" if on else "dominated", style=style)
+        mark = ("yes" if on else "-") if one else ("yes" if on else "dominated")
+        table.add_row(label, *(f"{v:.4g}" for v in row), mark, style=style)
     return table
 
 
 DEFAULT_OBJECTIVES = ["goodput:max", "ttft_p99:min", "jain_slowdown:max"]
+OBJECTIVE = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="NAME:max or NAME:min (repeat; default goodput:max ttft_p99:min "
+        "jain_slowdown:max). One objective ranks the points (best marked); two or more give "
+        "the Pareto front",
+        metavar="NAME:SENSE",
+    ),
+]
+
+
+def _scenario_file(file: Path, what: str) -> Path:
+    if not file.exists():
+        raise UsageFailure(f"{file}: file not found (the {what})")
+    if not file.is_file():
+        raise UsageFailure(f"{file}: not a file (the {what})")
+    return file
 
 
 def register_sweeps(app: typer.Typer) -> None:
     @app.command()
     def sweep(
-        file: Annotated[Path, typer.Argument(help="sweep file")],
-        out_dir: Annotated[Path | None, typer.Option("--out")] = None,
-        objective: Annotated[list[str] | None, typer.Option(help="NAME:max|min")] = None,
+        file: Annotated[Path, typer.Argument(help="sweep file (YAML)", metavar="FILE")],
+        out_dir: Annotated[
+            Path | None,
+            typer.Option(
+                "--out", help="directory (default: reports/sweep-<file>-<UTC time>/)", metavar="DIR"
+            ),
+        ] = None,
+        objective: OBJECTIVE = None,
     ) -> None:
-        """Run every point of a grid (simulated points in parallel) and show the Pareto front."""
-        from fairbench.decide.sweep import run_sweep
+        """Run every point of a grid (simulated points in parallel) and show the Pareto front.
+
+        report.html plots the first two objectives (with one objective it is not written)."""
+        names, senses = _objectives(objective or DEFAULT_OBJECTIVES)
+        _scenario_file(file, "sweep file")
+        from fairbench.decide.sweep import run_sweep  # after the checks: it loads the stack
+        from fairbench.report import write_run_report
 
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
         base = out_dir or Path("reports") / f"sweep-{file.stem}-{stamp}"
         base.mkdir(parents=True, exist_ok=True)
-        rows = run_sweep(
-            file, base, lambda k, n: err.print(f"point {k}/{n} done"), write_run_report
-        )
-        names, senses = _objectives(objective or DEFAULT_OBJECTIVES)
+        try:
+            rows = run_sweep(
+                file, base, lambda k, n: err.print(f"point {k}/{n} done"), write_run_report
+            )
+        except ScenarioError as error:
+            if error.source is None:
+                error.source = str(file)
+            raise
+        except FileNotFoundError as error:  # the scenario the sweep file names
+            raise UsageFailure(
+                f"{file}: scenario: no such file {error.filename} (relative to the sweep file)"
+            ) from None
         labels = [
             " ".join(f"{k}={v}" for k, v in r["params"].items())
             + (f" seed={r['seed']}" if r["seed"] is not None else "")
@@ -236,6 +366,9 @@ def register_sweeps(app: typer.Typer) -> None:
         out.print(
             front_table(f"sweep of {file}", labels, [r["summary"] for r in rows], names, senses)
         )
+        if len(names) < 2:
+            out.print(f"results in {base} (report.html needs two objectives)", markup=False)
+            return
         from fairbench.report import pareto_report, write_page
 
         links = [f"{Path(r['run_dir']).name}/report.html" for r in rows]
@@ -254,68 +387,159 @@ def register_sweeps(app: typer.Typer) -> None:
 
     @app.command()
     def pareto(
-        runs: Annotated[list[Path], typer.Argument(help="run directories")],
-        objective: Annotated[list[str] | None, typer.Option(help="NAME:max|min")] = None,
+        runs: Annotated[list[Path], typer.Argument(help="run directories", metavar="RUN")],
+        objective: OBJECTIVE = None,
     ) -> None:
         """The non-dominated runs on the chosen objectives (dominated ones shown dimmed)."""
         names, senses = _objectives(objective or DEFAULT_OBJECTIVES)
-        summaries = [json.loads((r / "summary.json").read_text()) for r in runs]
-        out.print(front_table("Pareto front", [str(r) for r in runs], summaries, names, senses))
+        summaries = [read_summary(r) for r in runs]
+        title = "Pareto front" if len(names) > 1 else f"best on {names[0]}"
+        out.print(front_table(title, [str(r) for r in runs], summaries, names, senses))
 
     @app.command()
     def knee(
-        file: Annotated[Path, typer.Argument(help="scenario file")],
-        low: Annotated[float, typer.Option(help="load multiplier that must meet the SLOs")] = 0.25,
-        high: Annotated[float, typer.Option(help="load multiplier that must miss them")] = 8.0,
-        attainment: Annotated[float, typer.Option(min=0, max=1)] = 0.99,
-        tolerance: Annotated[float, typer.Option(min=0.001)] = 0.05,
-        out_dir: Annotated[Path | None, typer.Option("--out")] = None,
+        file: Annotated[Path, typer.Argument(help="scenario file", metavar="FILE")],
+        low: Annotated[
+            float,
+            typer.Option(help="load multiplier that must meet the SLOs", metavar="X", min=0.0001),
+        ] = 0.25,
+        high: Annotated[
+            float, typer.Option(help="load multiplier that must miss them", metavar="X")
+        ] = 8.0,
+        attainment: Annotated[
+            float,
+            typer.Option(
+                min=0, max=1, help="SLO attainment every class must reach (0-1)", metavar="FRAC"
+            ),
+        ] = 0.99,
+        tolerance: Annotated[
+            float,
+            typer.Option(min=0.001, help="relative precision of the answer", metavar="FRAC"),
+        ] = 0.05,
+        overrides: Annotated[
+            list[str] | None, typer.Option("--set", help=SET_HELP, metavar="PATH=VALUE")
+        ] = None,
+        out_dir: Annotated[
+            Path | None,
+            typer.Option(
+                "--out", help="directory (default: reports/knee-<file>-<UTC time>/)", metavar="DIR"
+            ),
+        ] = None,
     ) -> None:
         """The highest load (a multiple of the scenario's rates) at which every class with an
-        SLO still reaches `attainment`, found by bisection."""
-        from fairbench.decide.sweep import knee as find_knee
-        from fairbench.decide.sweep import scale_load
+        SLO still reaches `attainment`, found by bisection.
 
-        raw = read_yaml(file.read_text(encoding="utf-8"))
+        The answer is then verified: run again (next seed) and one --tolerance step above. If
+        attainment does not fall steadily with load, the output and knee.json say so."""
+        if high <= low:
+            raise UsageFailure(f"--high {high:g}: must be above --low {low:g}")
+        raw, scn0 = scenario_with(file, overrides, "--set")
+        from fairbench.decide.sweep import scale_load, search_knee  # after the checks
+        from fairbench.pipeline import run_scenario
+        from fairbench.report import write_run_report
+        from fairbench.run import RunOptions, write_json
+
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
         base = out_dir or Path("reports") / f"knee-{file.stem}-{stamp}"
+        if (base / "knee.json").exists() or any(base.glob("00-x*")):
+            raise UsageFailure(f"--out {base} already holds a knee search; choose a new directory")
+        seen: dict[float, int] = {}
+        details: list[dict[str, Any]] = []
 
         def holds(factor: float) -> bool:
+            repeat = seen.get(factor, 0)
+            seen[factor] = repeat + 1
+            seed = scn0.run.seed + repeat  # a re-check is an independent run, not a replay
             scn = parse_scenario(scale_load(raw, factor), str(file), file.parent)
-            outcome = run_scenario(scn, RunOptions(out=base / f"x{factor:.4g}"))
+            run_out = base / f"{len(details):02d}-x{factor:.4g}"
+            outcome = run_scenario(scn, RunOptions(out=run_out, seed=seed))
             write_run_report(outcome.run_dir)
             summary = outcome.summary
             with_slo = [c for c, slo in scn.slo_classes.items() if slo.ttft or slo.tpot or slo.e2e]
-            got = [summary["slo_classes"].get(c, {}).get("slo_attainment") for c in with_slo]
-            ok = summary["valid"] and all(g is None or g >= attainment for g in got)
+            got = {c: summary["slo_classes"].get(c, {}).get("slo_attainment") for c in with_slo}
+            ok = summary["valid"] and all(g is None or g >= attainment for g in got.values())
+            details.append(
+                {
+                    "load": factor,
+                    "seed": seed,
+                    "held": ok,
+                    "valid": summary["valid"],
+                    "attainment": got,
+                    "run_dir": str(outcome.run_dir),
+                }
+            )
+            shown = ", ".join(f"{c} {'-' if g is None else f'{g:.2%}'}" for c, g in got.items())
             err.print(
-                f"load x{factor:.4g}: {'holds' if ok else 'misses'} ({got})",
+                f"load x{factor:.4g} (seed {seed}): {'holds' if ok else 'misses'} ({shown})",
                 markup=False,
                 highlight=False,
             )
             return ok
 
-        best, trail = find_knee(holds, low, high, tolerance)
-        write_json(base / "knee.json", {"knee": best, "trail": trail, "attainment": attainment})
-        if best is None:
-            out.print(f"even x{low:g} misses the SLOs; lower --low")
-        else:
+        result = search_knee(holds, low, high, tolerance)
+        for row, role in zip(details, result.roles, strict=True):
+            row["role"] = role
+        write_json(
+            base / "knee.json",
+            {
+                "knee": result.best,
+                "monotone": result.monotone,
+                "verified": result.verified,
+                "highest_held": result.highest_held,
+                "note": result.note,
+                "attainment": attainment,
+                "tolerance": tolerance,
+                "trail": details,
+            },
+        )
+        if result.note:
+            err.print(f"warning: {result.note}", markup=False, highlight=False)
+        if result.best is None:
             out.print(
-                f"knee: load x{best:.3g} of {file.name} meets every SLO at "
-                f"{attainment:.0%}; results in {base}",
+                f"even x{low:g} misses the SLOs; lower --low (results in {base})",
                 markup=False,
                 highlight=False,
             )
+            return
+        if result.best == high and result.monotone:
+            out.print(
+                f"knee: above x{high:g} of {file.name}: --high still meets every SLO at "
+                f"{attainment:.0%}; raise --high (results in {base})",
+                markup=False,
+                highlight=False,
+            )
+            return
+        checked = (
+            "verified by a second run and one step above"
+            if result.verified
+            else "NOT verified (see the warning)"
+        )
+        out.print(
+            f"knee: load x{result.best:.3g} of {file.name} meets every SLO at "
+            f"{attainment:.0%}, {checked}; results in {base}",
+            markup=False,
+            highlight=False,
+        )
 
 
 def register_gate(app: typer.Typer) -> None:
     @app.command()
     def gate(
-        candidate: Annotated[Path, typer.Option(help="candidate run directory or summary.json")],
-        rules: Annotated[Path, typer.Option(help="rules file (YAML)")],
-        baseline: Annotated[Path | None, typer.Option(help="baseline run or summary.json")] = None,
-        junit: Annotated[Path | None, typer.Option(help="write JUnit XML here")] = None,
-        markdown: Annotated[Path | None, typer.Option(help="write Markdown here")] = None,
+        candidate: Annotated[
+            Path, typer.Option(help="candidate run directory or summary.json", metavar="RUN")
+        ],
+        rules: Annotated[Path, typer.Option(help="rules file (YAML)", metavar="FILE")],
+        baseline: Annotated[
+            Path | None,
+            typer.Option(help="baseline run directory or summary.json", metavar="RUN"),
+        ] = None,
+        junit: Annotated[
+            Path | None, typer.Option(help="write JUnit XML here", metavar="FILE")
+        ] = None,
+        markdown: Annotated[
+            Path | None,
+            typer.Option(help="append Markdown here (e.g. $GITHUB_STEP_SUMMARY)", metavar="FILE"),
+        ] = None,
     ) -> None:
         """Judge a candidate run against rules (and a baseline): exit 0 pass, 1 regression,
         2 cannot evaluate."""
@@ -355,47 +579,93 @@ def register_gate(app: typer.Typer) -> None:
         raise typer.Exit(exit_code(results, blocker))
 
 
+HISTORY_METRICS = ["ttft_p99", "goodput", "jain_slowdown", "worst_slowdown_ratio"]
+
+
 def register_report(app: typer.Typer) -> None:
     @app.command()
     def report(
-        runs: Annotated[list[Path] | None, typer.Argument(help="run directories")] = None,
-        compare_runs: Annotated[bool, typer.Option("--compare", help="RUNS are A B")] = False,
-        quarterly: Annotated[bool, typer.Option(help="the A/B document from --a/--b runs")] = False,
-        a: Annotated[list[Path] | None, typer.Option("--a")] = None,
-        b: Annotated[list[Path] | None, typer.Option("--b")] = None,
-        history: Annotated[bool, typer.Option(help="RUNS over time, with step detection")] = False,
-        metric: Annotated[list[str] | None, typer.Option(help="metrics for --history")] = None,
-        out_file: Annotated[Path | None, typer.Option("--out")] = None,
+        runs: Annotated[
+            list[Path] | None, typer.Argument(help="run directories", metavar="RUN")
+        ] = None,
+        compare_runs: Annotated[
+            bool, typer.Option("--compare", help="RUNS are A B: write the A/B document")
+        ] = False,
+        quarterly: Annotated[
+            bool, typer.Option("--quarterly", help="the A/B document from --a/--b runs")
+        ] = False,
+        a: Annotated[
+            list[Path] | None,
+            typer.Option("--a", help="an A run for --quarterly (repeat)", metavar="RUN"),
+        ] = None,
+        b: Annotated[
+            list[Path] | None,
+            typer.Option("--b", help="a B run for --quarterly (repeat)", metavar="RUN"),
+        ] = None,
+        history: Annotated[
+            bool, typer.Option("--history", help="RUNS over time, with step detection")
+        ] = False,
+        metric: Annotated[
+            list[str] | None,
+            typer.Option(
+                help=f"a metric for --history (repeat; default {' '.join(HISTORY_METRICS)})",
+                metavar="NAME",
+            ),
+        ] = None,
+        out_file: Annotated[
+            Path | None,
+            typer.Option(
+                "--out",
+                help="the page (default reports/history.html or reports/ab-report.html)",
+                metavar="FILE",
+            ),
+        ] = None,
     ) -> None:
         """Write HTML reports (offline, self-contained): per run, an A/B document, or history."""
-        from fairbench.report import comparison_report, history_report, write_page
-
         runs = list(runs or [])
+        if sum((compare_runs, quarterly, history)) > 1:
+            raise UsageFailure("report: give one of --compare, --quarterly, --history")
         if history:
-            summaries = [json.loads((r / "summary.json").read_text()) for r in runs]
-            order = sorted(
-                range(len(runs)),
-                key=lambda k: json.loads((runs[k] / "run.json").read_text()).get("started_at", ""),
-            )
-            names = metric or ["ttft_p99", "goodput", "jain_slowdown", "worst_slowdown_ratio"]
+            if not runs:
+                raise UsageFailure("report --history: give the run directories to chart")
+            summaries = [read_summary(r) for r in runs]
+            from fairbench.report import history_report
+
+            started = [_started_at(r) for r in runs]
+            order = sorted(range(len(runs)), key=lambda k: started[k])
             page = history_report(
-                [summaries[k] for k in order], [runs[k].name for k in order], names
+                [summaries[k] for k in order],
+                [runs[k].name for k in order],
+                metric or HISTORY_METRICS,
             )
             target = out_file or Path("reports") / "history.html"
         elif compare_runs or quarterly:
-            a_dirs = list(a or []) + ([runs[0]] if compare_runs and runs else [])
-            b_dirs = list(b or []) + ([runs[1]] if compare_runs and len(runs) > 1 else [])
+            if compare_runs and len(runs) != 2:
+                raise UsageFailure(f"report --compare: give two runs (A B), got {len(runs)}")
+            a_dirs = list(a or []) + ([runs[0]] if compare_runs else [])
+            b_dirs = list(b or []) + ([runs[1]] if compare_runs else [])
+            if not a_dirs or not b_dirs:
+                raise UsageFailure("report --quarterly: give --a RUN and --b RUN (repeat)")
+            a_dirs, b_dirs = _compared_dirs(a_dirs), _compared_dirs(b_dirs)
+            from fairbench.decide.compare import CompareRefused, compare_dirs
+            from fairbench.report import comparison_report
+
             try:
                 comparison = compare_dirs(a_dirs, b_dirs)
             except CompareRefused as error:
-                err.print(f"cannot compare: {error}", markup=False, highlight=False)
-                raise typer.Exit(2) from None
+                raise UsageFailure(f"cannot compare: {error}") from None
             changed = _what_changed(a_dirs[0], b_dirs[0])
             target = out_file or Path("reports") / "ab-report.html"
             page = comparison_report(
                 comparison, a_dirs, b_dirs, "Scheduler A/B report", changed, target.parent
             )
         else:
+            if not runs:
+                raise UsageFailure("report: give run directories (or --compare, --history)")
+            for run in runs:
+                run_dir(run, "summary.json", "records.parquet", "scenario.yaml")
+            from fairbench.report import write_run_report
+
             for run in runs:
                 write_run_report(run)
                 out.print(
@@ -404,8 +674,19 @@ def register_report(app: typer.Typer) -> None:
                     highlight=False,
                 )
             return
+        from fairbench.report import write_page
+
         write_page(target, page)
         out.print(f"wrote {target}", markup=False, highlight=False)
+
+
+def _started_at(run: Path) -> str:
+    """When a run started (its run.json), for ordering a history; '' when it is not recorded."""
+    try:
+        meta = json.loads((run / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    return str(meta.get("started_at", "")) if isinstance(meta, dict) else ""
 
 
 def _what_changed(a_dir: Path, b_dir: Path) -> str:

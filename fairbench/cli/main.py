@@ -3,6 +3,10 @@
 Exit codes: 0 success, 1 a measured failure (an INVALID run, a failed gate), 2 bad input (a
 scenario, trace or option that cannot be used), 130 interrupted. Bad input prints one line per
 problem on stderr, never a traceback.
+
+Help is plain text (no Rich panels): it reads the same in a terminal, a pipe and a CI log, it
+shows no type tag such as `<bool>` after a flag, and the golden files in tests/golden/help/ pin
+it (`-h` and `--help` on every command, at most 100 columns).
 """
 
 from __future__ import annotations
@@ -13,35 +17,61 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+import yaml
 from rich.console import Console
 from rich.table import Table
 
-from fairbench.plan.materialize import materialize
+from fairbench._version import __version__
+from fairbench.cli.inputs import SET_HELP, UsageFailure, scenario_with
 from fairbench.workload.scenario import ScenarioError, json_schema, load_scenario
 from fairbench.workload.traces import TraceError
 
+PROG = "fairbench"
 app = typer.Typer(
-    name="fairbench",
-    help="Open-loop, multi-tenant benchmark for LLM request schedulers.",
+    name=PROG,
+    help="Open-loop, multi-tenant benchmark for LLM request schedulers.\n\n"
+    "Exit codes: 0 success, 1 a measured failure (an INVALID run, a failed gate), "
+    "2 bad input, 130 interrupted.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 console = Console()
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # one problem, one line, however long
+
+__all__ = ["PROG", "UsageFailure", "app", "main"]
 
 
-class UsageFailure(Exception):
-    """Bad input found by a command; its lines are printed without a traceback (exit 2)."""
+def _version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"{PROG} {__version__}\n")
+        raise typer.Exit(0)
 
-    def __init__(self, *lines: str) -> None:
-        self.lines = list(lines)
-        super().__init__("\n".join(lines))
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_version,
+            is_eager=True,
+            help="Print the version and exit.",
+        ),
+    ] = False,
+) -> None:
+    """The group's own options (--version); its help text is the app's."""
 
 
 @app.command()
-def validate(files: Annotated[list[Path], typer.Argument(help="scenario files")]) -> None:
+def validate(
+    files: Annotated[list[Path], typer.Argument(help="scenario files", metavar="FILE")],
+) -> None:
     """Check scenario files (and the traces they replay); print one line per problem."""
+    from fairbench.plan.materialize import materialize
+
     bad = 0
     for path in files:
         try:
@@ -73,13 +103,20 @@ def schema() -> None:
 
 @app.command()
 def plan(
-    file: Annotated[Path, typer.Argument(help="scenario file")],
-    seed: Annotated[int | None, typer.Option(help="override run.seed")] = None,
-    out: Annotated[Path | None, typer.Option(help="write the plan as Parquet")] = None,
+    file: Annotated[Path, typer.Argument(help="scenario file", metavar="FILE")],
+    seed: Annotated[int | None, typer.Option(help="override run.seed", metavar="N")] = None,
+    overrides: Annotated[
+        list[str] | None, typer.Option("--set", help=SET_HELP, metavar="PATH=VALUE")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="write the plan as Parquet", metavar="FILE")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
 ) -> None:
     """Materialize a scenario's plan and show what it contains."""
-    scn = load_scenario(file)
+    from fairbench.plan.materialize import materialize
+
+    _, scn = scenario_with(file, overrides, "--set")
     the_plan = materialize(scn, seed)
     rows = the_plan.summary_rows()
     if out is not None:
@@ -127,10 +164,15 @@ def _register_optional_commands() -> None:
     cli_analysis.register_report(app)
 
 
+def _say(line: str) -> None:
+    err.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
 def main(argv: list[str] | None = None) -> None:
+    """Run the command line; every way out is an exit code, bad input one line per problem."""
     _register_optional_commands()
     try:
-        code = app(args=argv, standalone_mode=False)
+        code = app(args=argv, prog_name=PROG, standalone_mode=False)
     except ScenarioError as error:
         for line in error.lines:
             prefix = f"{error.source}: " if error.source else ""
@@ -138,7 +180,19 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     except (TraceError, UsageFailure, FileExistsError) as error:
         for line in str(error).splitlines():
-            err.print(line, markup=False, highlight=False, soft_wrap=True)
+            _say(line)
+        sys.exit(2)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as error:
+        # A safety net: commands check what they are given, but a path named inside a file (a
+        # sweep's scenario, a trace) can still be missing.
+        _say(f"{error.filename}: {(error.strerror or 'cannot open').lower()}")
+        sys.exit(2)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        name = getattr(mark, "name", None) or "(yaml)"
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        _say(f"{name}:{where}: not valid YAML ({problem})")
         sys.exit(2)
     except typer.Exit as done:
         sys.exit(done.exit_code)
@@ -147,10 +201,16 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as error:
-        # Usage errors of the (vendored) click library: they know how to print themselves.
-        show = getattr(error, "show", None)
-        if callable(show) and hasattr(error, "exit_code"):
-            show()
+        # Usage errors of the (vendored) click library, in one line with where to look; the
+        # no-arguments help prints itself.
+        if type(error).__name__ == "NoArgsIsHelpError":
+            error.show()  # type: ignore[attr-defined]
+            sys.exit(2)
+        message = getattr(error, "format_message", None)
+        if callable(message) and hasattr(error, "exit_code"):
+            ctx = getattr(error, "ctx", None)
+            where = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+            _say(f"error: {' '.join(str(message()).split())}{where}")
             sys.exit(2)
         raise
     if isinstance(code, int) and code:

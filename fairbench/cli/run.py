@@ -5,18 +5,17 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from fairbench.pipeline import run_scenario
-from fairbench.report import write_run_report
-from fairbench.run import RunOptions
-from fairbench.run.executor import LiveCounters
-from fairbench.workload.scenario import load_scenario
+from fairbench.cli.inputs import SET_HELP, scenario_with
+
+if TYPE_CHECKING:
+    from fairbench.run.executor import LiveCounters
 
 console = Console(stderr=True)
 out = Console(width=None if sys.stdout.isatty() else 160)  # logs and pipes get full rows
@@ -88,16 +87,41 @@ def verdict_lines(summary: dict[str, Any]) -> list[str]:
 def register(app: typer.Typer) -> None:
     @app.command()
     def run(
-        file: Annotated[Path, typer.Argument(help="scenario file")],
-        out_dir: Annotated[Path | None, typer.Option("--out", help="run directory")] = None,
-        seed: Annotated[int | None, typer.Option(help="override run.seed")] = None,
-        workers: Annotated[int | None, typer.Option(help="generator processes")] = None,
-        target_url: Annotated[str | None, typer.Option(help="override the target's URL")] = None,
-        as_json: Annotated[bool, typer.Option("--json", help="print summary.json")] = False,
-        quiet: Annotated[bool, typer.Option(help="no progress display")] = False,
+        file: Annotated[Path, typer.Argument(help="scenario file", metavar="FILE")],
+        out_dir: Annotated[
+            Path | None,
+            typer.Option(
+                "--out",
+                help="run directory (default: reports/<scenario>-<UTC time>/)",
+                metavar="DIR",
+            ),
+        ] = None,
+        seed: Annotated[int | None, typer.Option(help="override run.seed", metavar="N")] = None,
+        overrides: Annotated[
+            list[str] | None, typer.Option("--set", help=SET_HELP, metavar="PATH=VALUE")
+        ] = None,
+        workers: Annotated[
+            int | None,
+            typer.Option(
+                help="generator processes (default: enough for the busiest second, <= cores)",
+                metavar="N",
+                min=1,
+            ),
+        ] = None,
+        target_url: Annotated[
+            str | None, typer.Option(help="override the target's URL", metavar="URL")
+        ] = None,
+        as_json: Annotated[
+            bool, typer.Option("--json", help="print summary.json instead of the table")
+        ] = False,
+        quiet: Annotated[bool, typer.Option("--quiet", help="no progress display")] = False,
     ) -> None:
         """Run a scenario open-loop against its target and write a run directory."""
-        scn = load_scenario(file)
+        _, scn = scenario_with(file, overrides, "--set")
+        from fairbench.pipeline import run_scenario  # after the checks: it loads the stack
+        from fairbench.report import write_run_report
+        from fairbench.run import RunOptions
+
         options = RunOptions(out=out_dir, seed=seed, workers=workers, base_url=target_url)
         with Progress(
             TextColumn("[bold]{task.description}"),

@@ -11,9 +11,10 @@ import itertools
 import json
 import math
 import multiprocessing as mp
+import re
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,18 +36,92 @@ def pareto_front(values: np.ndarray, senses: list[str]) -> np.ndarray:
     return front
 
 
-def set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
-    node = data
+def _lookup(node: Any, keys: list[str], at: int) -> tuple[Any, int] | None:
+    """The child of `node` named by keys[at:], and how many keys that took; None if none.
+
+    A mapping key or a tenant id may itself contain dots (`ids like a.b`), so the longest run
+    of keys that names an existing entry wins. In a list, an entry is addressed by its `id` (a
+    tenant) or `name`, or by its index."""
+    for stop in range(len(keys), at, -1):
+        word = ".".join(keys[at:stop])
+        if isinstance(node, dict) and word in node:
+            return word, stop - at
+        if isinstance(node, list):
+            for index, item in enumerate(node):
+                if isinstance(item, dict) and word in (item.get("id"), item.get("name")):
+                    return index, stop - at
+    if isinstance(node, list) and re.fullmatch(r"-?[0-9]+", keys[at]):
+        index = int(keys[at])
+        if -len(node) <= index < len(node):
+            return index % len(node), 1
+    return None
+
+
+def resolve_path(data: dict[str, Any], dotted: str) -> list[str | int]:
+    """`dotted` as the keys and list indexes it names in `data` (tenants by id or index,
+    workloads by name); a key that is not there yet is taken as written, to be created.
+    Raises ScenarioError naming the part that cannot be addressed."""
     keys = dotted.split(".")
-    for key in keys[:-1]:
-        nxt = node.setdefault(key, {})
-        if not isinstance(nxt, dict):
-            raise ScenarioError([f"{dotted}: {key} is not a mapping"])
-        node = nxt
-    node[keys[-1]] = value
+    if not dotted or any(not k for k in keys):
+        raise ScenarioError(
+            [
+                f"{dotted or '(empty)'}: a path is dot-separated names, "
+                "e.g. scheduler.policy or tenants.<id>.weight"
+            ]
+        )
+    node: Any = data
+    path: list[str | int] = []
+    at = 0
+    while at < len(keys):
+        found = _lookup(node, keys, at)
+        if found is not None:
+            step, used = found
+        elif isinstance(node, dict):
+            step, used = keys[at], 1
+        elif isinstance(node, list):
+            ids = [str(i.get("id", i.get("name"))) for i in node if isinstance(i, dict)]
+            known = [i for i in ids if i != "None"]
+            choices = f"an id ({', '.join(known)}) or " if known else ""
+            raise ScenarioError(
+                [
+                    f"{dotted}: {'.'.join(keys[:at]) or '(top level)'} has no entry "
+                    f"{keys[at]!r}; use {choices}an index 0..{len(node) - 1}"
+                ]
+            )
+        else:
+            where = ".".join(keys[:at])
+            raise ScenarioError(
+                [f"{dotted}: {where} is {_kind(node)}, not a mapping; it has no field {keys[at]!r}"]
+            )
+        path.append(step)
+        at += used
+        node = node[step] if isinstance(node, list) or step in node else {}
+    return path
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, str):
+        return f"the string {value!r}"
+    if value is None:
+        return "empty"
+    return f"a {type(value).__name__} ({value!r})"
+
+
+def set_path(data: dict[str, Any], dotted: str, value: Any) -> list[str | int]:
+    """Set the field `dotted` names (see `resolve_path`) to `value`, creating missing mappings;
+    returns the resolved path, which the CLI uses to tie a validation error to its override."""
+    path = resolve_path(data, dotted)
+    node: Any = data
+    for step in path[:-1]:
+        if isinstance(node, dict) and step not in node:
+            node[step] = {}
+        node = node[step]
+    node[path[-1]] = value
+    return path
 
 
 def apply(raw: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """A copy of the scenario document with each `path: value` of `params` set."""
     data = json.loads(json.dumps(raw))
     for path, value in params.items():
         set_path(data, path, value)
@@ -162,6 +237,102 @@ def run_sweep(
     return rows
 
 
+@dataclass
+class KneeResult:
+    """What the knee search found: the answer, every evaluation, and whether they agree.
+
+    `best` is the highest load that held below the lowest load that missed (None when even the
+    lowest missed). `monotone` is False when some load held above one that missed, or one load
+    gave two answers: attainment then does not fall steadily with load, and `best` is only the
+    first edge the search met (`note` says which loads disagree; `highest_held` is the highest
+    load that held anywhere)."""
+
+    best: float | None
+    trail: list[tuple[float, bool]]
+    monotone: bool = True
+    verified: bool = False
+    highest_held: float | None = None
+    note: str | None = None
+    roles: list[str] = field(default_factory=list)
+
+
+def search_knee(
+    evaluate: Callable[[float], bool],
+    low: float,
+    high: float,
+    tolerance: float = 0.05,
+    max_steps: int = 20,
+) -> KneeResult:
+    """Bisect (in log space) between `low` (must hold) and `high` (must not) to a relative
+    `tolerance`, then verify: evaluate the answer again and one tolerance step above it.
+
+    Bisection alone assumes attainment falls monotonically with load; when it does not, it
+    reports whichever edge it meets first and says nothing. The two extra evaluations catch
+    the usual case (a load just above the answer that holds after all, or an answer that does
+    not hold twice); any held-above-missed pair in the trail marks the result not monotone.
+    `evaluate` is called again for a load it has already seen only for the re-check of the
+    answer (a caller with a noisy target can use a fresh seed for it)."""
+    trail: list[tuple[float, bool]] = []
+    roles: list[str] = []
+
+    def at(x: float, role: str) -> bool:
+        held = evaluate(x)
+        trail.append((x, held))
+        roles.append(role)
+        return held
+
+    if not at(low, "low"):
+        return _judge(trail, roles, None)
+    if at(high, "high"):
+        result = _judge(trail, roles, high)
+        result.verified = False  # nothing above --high was tried
+        result.note = result.note or f"x{high:.4g} (--high) still holds; raise --high"
+        return result
+    lo, hi = low, high
+    for _ in range(max_steps):
+        if (hi - lo) / lo <= tolerance:
+            break
+        mid = math.sqrt(lo * hi)  # load spans orders of magnitude: bisect in log space
+        if at(mid, "bisect"):
+            lo = mid
+        else:
+            hi = mid
+    at(lo, "verify")
+    above = lo * (1 + tolerance)
+    if not math.isclose(above, hi, rel_tol=1e-9):
+        at(above, "verify")
+    return _judge(trail, roles, lo)
+
+
+def _judge(trail: list[tuple[float, bool]], roles: list[str], answer: float | None) -> KneeResult:
+    """The answer the whole trail supports, and whether the trail is consistent with a single
+    threshold (every load that held lies below every load that missed)."""
+    held = [x for x, ok in trail if ok]
+    missed = [x for x, ok in trail if not ok]
+    first_miss = min(missed) if missed else math.inf
+    below = [x for x in held if x < first_miss]
+    best = max(below) if below else None
+    highest = max(held) if held else None
+    note = None
+    monotone = True
+    contrary = [x for x in held if x >= first_miss]
+    if contrary:
+        monotone = False
+        worst = max(contrary)
+        clash = (
+            f"x{worst:.4g} held on one run and missed on another"
+            if worst == first_miss
+            else f"x{worst:.4g} held although x{first_miss:.4g} missed"
+        )
+        note = f"attainment is not monotone in load: {clash}" + (
+            f"; the knee reported is the first edge below it, x{best:.4g}"
+            if best is not None
+            else ""
+        )
+    verified = answer is not None and best == answer and monotone
+    return KneeResult(best, trail, monotone, verified, highest, note, list(roles))
+
+
 def knee(
     evaluate: Callable[[float], bool],
     low: float,
@@ -169,26 +340,10 @@ def knee(
     tolerance: float = 0.05,
     max_steps: int = 20,
 ) -> tuple[float | None, list[tuple[float, bool]]]:
-    """The highest load multiplier at which `evaluate` (SLOs hold) is true, by bisection between
-    `low` (must hold) and `high` (must not), to a relative `tolerance`. Like an SLA search; the
-    trail of (multiplier, held) is returned for the report."""
-    trail = []
-    ok_low = evaluate(low)
-    trail.append((low, ok_low))
-    if not ok_low:
-        return None, trail
-    ok_high = evaluate(high)
-    trail.append((high, ok_high))
-    if ok_high:
-        return high, trail
-    for _ in range(max_steps):
-        if (high - low) / low <= tolerance:
-            break
-        mid = math.sqrt(low * high)  # load spans orders of magnitude: bisect in log space
-        held = evaluate(mid)
-        trail.append((mid, held))
-        low, high = (mid, high) if held else (low, mid)
-    return low, trail
+    """`search_knee`, as (best, trail): the highest load multiplier at which `evaluate` (the
+    SLOs hold) is true, and every (multiplier, held) evaluated on the way."""
+    result = search_knee(evaluate, low, high, tolerance, max_steps)
+    return result.best, result.trail
 
 
 def scale_load(raw: dict[str, Any], factor: float) -> dict[str, Any]:
