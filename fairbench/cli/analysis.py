@@ -48,23 +48,41 @@ def design_note(comparison: Comparison, advice: str) -> str:
 
 
 def verdict_table(comparison: Comparison, title: str, level: float, caption: str) -> Table:
+    """A row per metric and group: A, B (≥ for a lower bound; the runs' spread with 2+ pairs),
+    the change, its interval, the practical threshold the verdict used, and the verdict."""
+    from fairbench.analysis import registry
+
     table = Table(title=title, caption=caption, title_justify="left")
-    for col in ("metric", "A", "B", "change", f"{_level_text(level)} CI", "p", "verdict"):
+    cols = ("metric", "A", "B", "change", f"{_level_text(level)} CI", "threshold", "p", "verdict")
+    for col in cols:
         table.add_column(col, justify="left" if col in ("metric", "verdict") else "right")
     colour = {"better": "green", "worse": "red", "cannot evaluate": "yellow"}
     for v in comparison.verdicts:
-        latency = not v.absolute and ("ttft" in v.metric or "e2e" in v.metric or "tpot" in v.metric)
-        show = (lambda x: f"{x / 1e6:.1f} ms") if latency else (lambda x: f"{x:.3f}")
-        fmt = (lambda x: f"{x:+.3f}") if v.absolute else (lambda x: f"{x:+.1%}")
-        ci = "-" if math.isnan(v.ci_low) else f"[{fmt(v.ci_low)}, {fmt(v.ci_high)}]"
+        metric = registry.of_name(v.metric)
+
+        def arm(x: float, bound: bool, runs: list[float], v: Any = v) -> str:
+            text = registry.show(v.unit, x, bound)
+            finite = [r for r in runs if r is not None and math.isfinite(r)]
+            if len(finite) > 1:
+                text += (
+                    f" ({registry.show(v.unit, min(finite))}–{registry.show(v.unit, max(finite))})"
+                )
+            return text
+
+        change = lambda x, m=metric: registry.show_change(m, x)  # noqa: E731
+        ci = "-" if math.isnan(v.ci_low) else f"[{change(v.ci_low)}, {change(v.ci_high)}]"
+        word = f"[{colour.get(v.verdict, 'white')}]{v.verdict}[/]"
+        if v.reason and v.verdict not in ("better", "worse"):
+            word += f" [dim]({v.reason})[/]"
         table.add_row(
             v.metric,
-            "-" if math.isnan(v.a) else show(v.a),
-            "-" if math.isnan(v.b) else show(v.b),
-            "-" if math.isnan(v.diff) else fmt(v.diff),
+            arm(v.a, v.a_bound, v.a_runs),
+            arm(v.b, v.b_bound, v.b_runs),
+            change(v.diff),
             ci,
+            "±" + change(v.threshold).lstrip("+"),
             "-" if math.isnan(v.p_value) else f"{v.p_value:.3f}",
-            f"[{colour.get(v.verdict, 'white')}]{v.verdict}[/]",
+            word,
         )
     return table
 

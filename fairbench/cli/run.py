@@ -41,7 +41,10 @@ def results_table(summary: dict[str, Any]) -> Table:
             name,
             f"{c['ok']}/{c['error']}/{c['timeout']}/{c['rejected']}/{c['cancelled']}",
             *(
-                "/".join(_ms(lat[k].get(p)) for p in ("p50", "p90", "p99"))
+                "/".join(
+                    ("≥" if p in (lat[k].get("lower_bound") or []) else "") + _ms(lat[k].get(p))
+                    for p in ("p50", "p90", "p99")
+                )
                 for k in ("ttft", "tpot", "itl_max", "e2e")
             ),
             f"{block['throughput']['requests_per_s'] or 0:.1f}",
@@ -75,12 +78,16 @@ def verdict_lines(summary: dict[str, Any]) -> list[str]:
         )
     lines += [f"[yellow]warning: {w}[/]" for w in summary.get("warnings", [])]
     lines.append(f"accounting: {summary['accounting']['line']}")
-    jain = summary["fairness"]["jain_service"]
-    lines.append(
-        f"fairness: Jain over service/fair-share = {jain:.3f}"
-        if jain is not None
-        else "fairness: not enough service to judge"
-    )
+    comp = summary.get("completion")
+    if comp and not comp["ok"]:
+        lines.append(
+            f"[bold yellow]TAIL CENSORED[/]: {comp['line']}: percentiles marked ≥ are lower bounds"
+        )
+    elif comp and comp["unfinished"]:
+        lines.append(f"unfinished: {comp['line']}")
+    from fairbench.report.markdown import fairness_line
+
+    lines.append(fairness_line(summary).rstrip("."))
     return lines
 
 

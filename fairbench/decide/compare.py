@@ -137,8 +137,8 @@ class Comparison:
                 "plan is the only source of variation); timeline figures need 2 or more pairs"
             )
         return (
-            "one pair: it cannot see run-to-run noise, so no verdict is called (inconclusive); "
-            "run `fairbench ab --iterations 3` (or compare 3 or more pairs)"
+            "one pair: it cannot see run-to-run noise, so no verdict is called (inconclusive) — "
+            "run `fairbench ab --iterations 3` or compare 3 or more pairs"
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -396,7 +396,7 @@ def compare_pairs(
         significant = (low > 0 or high < 0) and abs(point) >= metric.threshold
         if k == 1 and not deterministic:
             verdict.verdict = "inconclusive"
-            verdict.reason = "one pair cannot see run-to-run noise; run ab --iterations 3"
+            verdict.reason = "one pair cannot see run-to-run noise (see the design line)"
         elif significant:
             improved = point < 0 if metric.better == "lower" else point > 0
             verdict.verdict = "better" if improved else "worse"
