@@ -111,6 +111,8 @@ CASES: list[tuple[str, list[str]]] = [
     ("knee-high-below-low", ["knee", "{w}/tiny.yaml", "--low", "2", "--high", "1"]),
     ("knee-bad-tolerance", ["knee", "{w}/tiny.yaml", "--tolerance", "0"]),
     ("report-nothing", ["report"]),
+    ("report-history-unknown-metric", ["report", "--history", "{w}/x", "--metric", "gooput"]),
+    ("metrics-bad-flag", ["metrics", "--bogus"]),
     ("report-two-modes", ["report", "--history", "--compare", "{w}/x", "{w}/y"]),
     ("gate-no-rules", ["gate", "--candidate", "{w}/not-a-run"]),
     (

@@ -33,6 +33,7 @@ COMMANDS = [
     "knee",
     "gate",
     "report",
+    "metrics",
 ]
 ENV = {**os.environ, "COLUMNS": "100", "LINES": "50", "TERM": "dumb", "NO_COLOR": "1"}
 REGEN = os.environ.get("FAIRBENCH_REGEN_GOLDEN") == "1"

@@ -111,6 +111,14 @@ def _support_bot_p99_s(copy: Path, run: str) -> float:
     return _summary(copy, run)["tenants"]["support-bot"]["latency_ms"]["ttft"]["p99"] / 1000
 
 
+def _metric(copy: Path, run: str, name: str) -> float:
+    return float(_summary(copy, run)["metrics"]["overall"][name]["value"])
+
+
+def _isolation(copy: Path, run: str) -> float:
+    return float(_summary(copy, run)["fairness"]["isolation"]["support-bot"])
+
+
 # Figures a doc quotes, as its commands produce them: doc -> [(what, the text the doc must
 # contain, computed from the scratch copy after the doc's commands ran)].
 FIGURES: dict[str, list[tuple[str, Callable[[Path], str]]]] = {
@@ -120,6 +128,27 @@ FIGURES: dict[str, list[tuple[str, Callable[[Path], str]]]] = {
             lambda c: (
                 f"from {_support_bot_p99_s(c, 'reports/dog') * 1000:.0f} ms to "
                 f"{_support_bot_p99_s(c, 'reports/dog-fifo'):.1f} s"
+            ),
+        ),
+        (
+            "backlogged service difference, FIFO against DWRR",
+            lambda c: (
+                f"{_metric(c, 'reports/dog-fifo', 'service_difference'):,.0f} tokens against "
+                f"{_metric(c, 'reports/dog', 'service_difference'):,.0f} for DWRR"
+            ),
+        ),
+        (
+            "Jain's index among the backlogged, FIFO against DWRR",
+            lambda c: (
+                f"{_metric(c, 'reports/dog-fifo', 'jain_backlogged'):.3f} against "
+                f"{_metric(c, 'reports/dog', 'jain_backlogged'):.3f}"
+            ),
+        ),
+        (
+            "the support bot's isolation, FIFO against DWRR",
+            lambda c: (
+                f"isolation {_isolation(c, 'reports/dog-fifo'):.0f}× against "
+                f"{_isolation(c, 'reports/dog'):.1f}×"
             ),
         ),
         (

@@ -4,6 +4,7 @@ decide across runs. Registered on the app by `fairbench.cli.main.main`."""
 from __future__ import annotations
 
 import datetime as dt
+import difflib
 import json
 import math
 import sys
@@ -201,7 +202,7 @@ def register(app: typer.Typer) -> None:
             "A": scenario_with(file, a, "--a", raw)[1],
             "B": scenario_with(file, b, "--b", raw)[1],
         }
-        from fairbench.decide.compare import CompareRefused, compare_dirs, default_metrics
+        from fairbench.decide.compare import CompareRefused, compare_dirs, default_rows
         from fairbench.pipeline import run_scenario
         from fairbench.plan.materialize import materialize
         from fairbench.report import write_run_report
@@ -216,12 +217,12 @@ def register(app: typer.Typer) -> None:
             )
         width = None if precision is None else precision / 100
         if width is not None:
-            weights = np.array([t.weight for t in arms["A"].tenants], dtype=float)
-            known = [m.name for m in default_metrics(list(arms["A"].slo_classes), weights)]
+            rows = default_rows(list(arms["A"].slo_classes), [t.id for t in arms["A"].tenants])
+            known = [str(r) for r in rows]
             if metric not in known:
-                raise UsageFailure(
-                    f"--metric {metric!r}: not a compared metric; use one of {', '.join(known)}"
-                )
+                close = difflib.get_close_matches(metric, known, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise UsageFailure(f"--metric {metric!r}: not a compared metric{hint}")
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
         base = out_dir or Path("reports") / f"ab-{arms['A'].name}-{stamp}"
         if (base / "comparison.json").exists() or (base / "A-0").exists():
@@ -278,19 +279,17 @@ def register(app: typer.Typer) -> None:
 
 def _objectives(specs: list[str]) -> tuple[list[str], list[str]]:
     """NAME:max|min specs, checked before anything runs (a typo must not cost a sweep)."""
-    from fairbench.analysis.registry import ALIASES
+    from fairbench.analysis.registry import MetricError, parse_name
 
     names, senses = [], []
     for spec in specs:
         name, _, sense = spec.rpartition(":")
         if sense not in ("max", "min") or not name:
             raise UsageFailure(f"--objective {spec!r}: use NAME:max or NAME:min, e.g. goodput:max")
-        if "." not in name and name not in ALIASES:
-            raise UsageFailure(
-                f"--objective {spec!r}: unknown metric {name!r}; use one of "
-                f"{', '.join(ALIASES)}, ttft_p99.<class>, slo_attainment.<class>, "
-                "or a dotted path into summary.json"
-            )
+        try:
+            parse_name(name)
+        except MetricError as error:
+            raise UsageFailure(f"--objective {spec!r}: {error}") from None
         names.append(name)
         senses.append(sense)
     return names, senses
@@ -321,7 +320,7 @@ def front_table(
     return table
 
 
-DEFAULT_OBJECTIVES = ["goodput:max", "ttft_p99:min", "jain_slowdown:max"]
+DEFAULT_OBJECTIVES = ["goodput:max", "ttft_p99:min", "jain_backlogged:max"]
 OBJECTIVE = Annotated[
     list[str] | None,
     typer.Option(
@@ -597,7 +596,7 @@ def register_gate(app: typer.Typer) -> None:
         raise typer.Exit(exit_code(results, blocker))
 
 
-HISTORY_METRICS = ["ttft_p99", "goodput", "jain_slowdown", "worst_slowdown_ratio"]
+HISTORY_METRICS = ["ttft_p99", "goodput", "jain_backlogged", "service_difference"]
 
 
 def register_report(app: typer.Typer) -> None:
@@ -646,6 +645,13 @@ def register_report(app: typer.Typer) -> None:
         if history:
             if not runs:
                 raise UsageFailure("report --history: give the run directories to chart")
+            from fairbench.analysis.registry import MetricError, parse_name
+
+            for name in metric or []:
+                try:
+                    parse_name(name)
+                except MetricError as error:
+                    raise UsageFailure(f"--metric {name!r}: {error}") from None
             summaries = [read_summary(r) for r in runs]
             from fairbench.report import history_report
 

@@ -13,7 +13,7 @@ from fairbench.analysis import registry
 
 
 def register(app: typer.Typer) -> None:
-    @app.command()
+    @app.command(name="metrics")
     def metrics(
         markdown: Annotated[
             bool, typer.Option("--markdown", help="print docs/metrics.md (generated) instead")
