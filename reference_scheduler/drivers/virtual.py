@@ -22,7 +22,7 @@ import numpy as np
 
 from reference_scheduler.core.job import Job
 from reference_scheduler.scheduler.config import SchedulerConfig
-from reference_scheduler.scheduler.engine import Engine
+from reference_scheduler.scheduler.vllm import make_engine
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ def _range_max(table: list[np.ndarray], lo: np.ndarray, hi: np.ndarray) -> np.nd
 def simulate(jobs: Iterable[Job], config: SchedulerConfig, trace: bool = False) -> SimResult:
     """Run `jobs` (sorted by arrival_ns) through the configured engine in virtual time."""
     jobs = list(jobs)
-    engine = Engine(config)
+    engine = make_engine(config)  # scheduler.engine: reference or vllm
     policy = engine.policy
     step = engine.step
     n_rep = len(engine.replicas)
