@@ -246,6 +246,19 @@ def test_fairbench_run_and_ab_use_the_vllm_engine_unchanged(tmp_path: Path) -> N
     assert "Traceback" not in bad.stdout + bad.stderr
 
 
+def test_a_scenario_asking_the_vllm_model_of_a_live_target_is_refused_in_one_line(
+    tmp_path: Path,
+) -> None:
+    text = (REPO / "scenarios" / "vllm-sim-priority.yaml").read_text()
+    path = tmp_path / "live.yaml"
+    path.write_text(text.replace("target: {kind: sim}", "target: {kind: reference}"))
+    done = run_cli("validate", str(path))
+    assert done.returncode == 2
+    lines = [x for x in (done.stdout + done.stderr).splitlines() if "scheduler.engine" in x]
+    assert len(lines) == 1 and "target: {kind: sim}" in lines[0]
+    assert "Traceback" not in done.stdout + done.stderr
+
+
 def _bad_scenario(tmp_path: Path, scenario: Path) -> Path:
     text = scenario.read_text().replace("policy: priority,", "policy: dwrr,")
     path = tmp_path / "bad.yaml"

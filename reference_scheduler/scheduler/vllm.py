@@ -37,6 +37,10 @@ It emits the same `StepResult` events and keeps the same per-job fields, so the 
 (`drivers/virtual.py`) and `fairbench`'s `sim` target run it unchanged. A job's tokens are kept
 as runs of step indices in `job.segments` (a running request can sit out a step when the budget
 runs out), read back through the replica's `decode_ends`, which here holds every step's end.
+
+Speed: a step visits every running request, as vLLM's does (~2-3 µs each here), so it is
+slower than `engine.Engine`, which never touches a decoding sequence per step; see
+docs/simulator.md for the measured rates.
 """
 
 from __future__ import annotations
@@ -197,35 +201,56 @@ class VllmEngine:
         self.policy.prepend(job)
         rep.result.preempted.append(job)
 
-    def _schedule(self, rep: VllmReplica, now_ns: int) -> dict[int, int]:
-        """One `Scheduler.schedule`: job id -> tokens scheduled this step (in running order)."""
+    def _schedule(self, rep: VllmReplica, now_ns: int) -> tuple[list[Job], list[int], list[int]]:
+        """One `Scheduler.schedule`: the jobs scheduled this step in running order, their
+        tokens, and [prefill tokens, decode sequences, decode context] for the cost model."""
         prof = self.profile
+        bs = self.block_size
         budget = prof.max_num_batched_tokens
-        scheduled: dict[int, int] = {}
+        jobs: list[Job] = []
+        tokens_of: list[int] = []
+        n_prefill = n_decode = context = 0
         preempted = False
         running = rep.running
         i = 0
         while i < len(running) and budget > 0:
             job = running[i]
-            tokens = min(job.prefill_left, budget)
-            fits = True
-            while not self._allocate(rep, job, tokens):
-                victim = self._victim(rep)
-                if victim.id in scheduled:  # give its tokens back, and keep our place
-                    budget += scheduled.pop(victim.id)
-                    i -= 1
-                self._preempt(rep, victim, now_ns)
-                preempted = True
-                if victim is job:
-                    fits = False
-                    break
-            if not fits:
-                break
-            scheduled[job.id] = tokens
+            left = job.prefill_left
+            tokens = left if left < budget else budget
+            computed = job.prompt_tokens + job.generated - left
+            after = computed + tokens
+            if after > job.blocks * bs:  # needs a new block (the common case needs none)
+                need = -(-after // bs) - job.blocks
+                if need <= rep.free_blocks:
+                    rep.free_blocks -= need
+                    job.blocks += need
+                else:
+                    fits = True
+                    while not self._allocate(rep, job, tokens):
+                        victim = self._victim(rep)
+                        if victim in jobs:  # give its tokens back, and keep our place
+                            at = jobs.index(victim)
+                            budget += tokens_of[at]
+                            del jobs[at], tokens_of[at]
+                            i -= 1
+                        self._preempt(rep, victim, now_ns)
+                        preempted = True
+                        if victim is job:
+                            fits = False
+                            break
+                    if not fits:
+                        break
+            jobs.append(job)
+            tokens_of.append(tokens)
+            if left == 1 and job.generated:
+                n_decode += 1
+                context += computed
+            else:
+                n_prefill += tokens
             budget -= tokens
             i += 1
-        if preempted:
-            return scheduled
+        if preempted:  # victims taken back out: count again
+            return jobs, tokens_of, self._cost_terms(jobs, tokens_of)
         waiting = self.policy
         while len(waiting) and budget > 0 and len(running) < prof.max_num_seqs:
             job = waiting.peek()
@@ -245,9 +270,21 @@ class VllmEngine:
                 job.replica = rep.index
             job.status = "running"
             rep.result.admitted.append(job)
-            scheduled[job.id] = tokens
+            jobs.append(job)
+            tokens_of.append(tokens)
+            n_prefill += tokens  # a new prompt, or a preempted job's recompute
             budget -= tokens
-        return scheduled
+        return jobs, tokens_of, [n_prefill, n_decode, context]
+
+    def _cost_terms(self, jobs: list[Job], tokens_of: list[int]) -> list[int]:
+        n_prefill = n_decode = context = 0
+        for job, tokens in zip(jobs, tokens_of, strict=True):
+            if job.prefill_left == 1 and job.generated:
+                n_decode += 1
+                context += self._computed(job)
+            else:
+                n_prefill += tokens
+        return [n_prefill, n_decode, context]
 
     def step(self, r: int, now_ns: int) -> StepResult | None:
         rep = self.replicas[r]
@@ -256,25 +293,13 @@ class VllmEngine:
         res.first_tokens.clear()
         res.finished.clear()
         res.preempted.clear()
-        scheduled = self._schedule(rep, now_ns)
-        if not scheduled and res.preempted:
+        jobs, tokens_of, terms = self._schedule(rep, now_ns)
+        if not jobs and res.preempted:
             # A step that only preempted costs nothing; vLLM's next step (at once) admits.
-            scheduled = self._schedule(rep, now_ns)
-        if not scheduled:
+            jobs, tokens_of, terms = self._schedule(rep, now_ns)
+        if not jobs:
             return None
-
-        # Classify the scheduled tokens for the cost model.
-        by_id = {job.id: job for job in rep.running}
-        n_prefill = 0
-        n_decode = 0
-        context = 0
-        for job_id, tokens in scheduled.items():
-            job = by_id[job_id]
-            if job.prefill_left == 1 and job.generated > 0:
-                n_decode += 1
-                context += self._computed(job)
-            else:
-                n_prefill += tokens
+        n_prefill, n_decode, context = terms
         ms = self.profile.step_ms(n_prefill, n_decode, context)
         if self._noise_sigma:
             ms *= self._noise(rep)
@@ -288,26 +313,36 @@ class VllmEngine:
         res.n_prefill = n_prefill
         res.n_decode = n_decode
 
+        # Tokens: a job whose computed tokens caught up samples one. A job's tokens are kept
+        # as runs of consecutive steps: first_step..last_step is the open run, closed into
+        # `segments` when the job sits a step out and at the end.
         done: list[Job] = []
-        for job_id, tokens in scheduled.items():
-            job = by_id[job_id]
-            job.prefill_left -= tokens
-            if job.prefill_left:
-                continue  # a prefill chunk: no token yet
+        first_tokens = res.first_tokens
+        for job, tokens in zip(jobs, tokens_of, strict=True):
+            left = job.prefill_left - tokens
+            if left:
+                job.prefill_left = left  # a prefill chunk: no token yet
+                continue
             if job.max_tokens == 0:  # an embedding: the prefill is the whole response
                 job.first_token_ns = end
-                res.first_tokens.append(job)
+                first_tokens.append(job)
                 done.append(job)
                 continue
-            if job.generated == 0 or job.lead_ns >= 0:
-                res.first_tokens.append(job)  # first token, or a recompute's
-            if job.generated == 0:
+            generated = job.generated
+            if generated == 0:
                 job.first_token_ns = end
-                job.first_step = k
-            job.lead_ns = -1
-            job.generated += 1
-            self._token(rep, job, k)
-            if job.generated >= job.max_tokens:
+                first_tokens.append(job)
+            elif job.lead_ns >= 0:  # the token a recompute's prefill yields
+                job.lead_ns = -1
+                first_tokens.append(job)
+            if job.first_step >= 0 and job.last_step == k - 1:
+                job.last_step = k
+            else:
+                if job.first_step >= 0:
+                    job.segments.append((r, -1, job.first_step, job.last_step - job.first_step + 1))
+                job.first_step = job.last_step = k
+            job.generated = generated + 1
+            if generated + 1 >= job.max_tokens:
                 done.append(job)
             else:
                 job.prefill_left = 1  # the sampled token is computed next step
@@ -317,20 +352,11 @@ class VllmEngine:
             job.blocks = 0
             job.status = "finished"
             job.done_ns = end
-            job.last_step = k
+            if job.first_step >= 0:  # close the last run; first_step: the first token's step
+                job.segments.append((r, -1, job.first_step, job.last_step - job.first_step + 1))
+                job.first_step = job.segments[0][2]
             res.finished.append(job)
         return res
-
-    @staticmethod
-    def _token(rep: VllmReplica, job: Job, k: int) -> None:
-        """Record that `job` produced a token at step k: extend its run or start one."""
-        segments = job.segments
-        if segments:
-            replica, lead, first, count = segments[-1]
-            if first + count == k:
-                segments[-1] = (replica, lead, first, count + 1)
-                return
-        segments.append((rep.index, -1, k, 1))
 
     def _noise(self, rep: VllmReplica) -> float:
         if rep.noise is None or rep.noise_at >= len(rep.noise):
