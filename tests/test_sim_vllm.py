@@ -264,3 +264,16 @@ def _bad_scenario(tmp_path: Path, scenario: Path) -> Path:
     path = tmp_path / "bad.yaml"
     path.write_text(text)
     return path
+
+
+def test_without_chunked_prefill_a_prompt_waits_for_a_budget_it_fits_whole() -> None:
+    engine = small_engine(
+        "fcfs", chunked_prefill=False, max_num_batched_tokens=512, kv_cache_tokens=8192
+    )
+    jobs = [Job(i, "t", "batch", 400, 4, 0) for i in range(3)]
+    steps = run_steps(engine, jobs)
+    # Step 1 runs job 0's whole prompt; job 1's (400 > the 112 left) stops the waiting loop.
+    assert steps[0][:3] == (400, 0, [0])
+    # Step 2 mixes job 0's decode with job 1's whole prompt; job 2 (400 > 111) waits again.
+    assert steps[1][:3] == (400, 1, [1])
+    assert all(prefill in (0, 400) for prefill, *_ in steps)  # a prompt is never split
