@@ -106,7 +106,9 @@ def _present(name: str, folder: Path = DATA) -> bool:
     return (folder / f"{name}.jsonl").is_file() or (folder / f"{name}.jsonl.xz").is_file()
 
 
-def served_rate(start_s: np.ndarray, end_s: np.ndarray, cost: np.ndarray, t0: float, t1: float):
+def served_rate(
+    start_s: np.ndarray, end_s: np.ndarray, cost: np.ndarray, t0: float, t1: float
+) -> float:
     """Cost units per second served inside [t0, t1], each request's cost spread uniformly over
     [start, end] (the artifact README's definition)."""
     inside = np.clip(np.minimum(end_s, t1) - np.maximum(start_s, t0), 0, None)

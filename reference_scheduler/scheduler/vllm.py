@@ -331,6 +331,7 @@ class VllmEngine:
             generated = job.generated
             if generated == 0:
                 job.first_token_ns = end
+                job.lead_ns = -1  # (a job preempted mid-prompt also lands here)
                 first_tokens.append(job)
             elif job.lead_ns >= 0:  # the token a recompute's prefill yields
                 job.lead_ns = -1
