@@ -46,7 +46,7 @@ def two_classes(policy: str) -> dict[str, Any]:
             {"id": "flood", "slo_class": "batch", "mix": "doc",
              "arrival": {"process": "poisson", "rate": "10/s"}},
         ],
-        "run": {"duration": "20s", "seed": 3},
+        "run": {"duration": "20s", "seed": 3, "grace": "10min"},  # every request finishes
         "target": {"kind": "sim"},
         "scheduler": {
             "engine": "vllm",
@@ -277,3 +277,26 @@ def test_without_chunked_prefill_a_prompt_waits_for_a_budget_it_fits_whole() -> 
     # Step 2 mixes job 0's decode with job 1's whole prompt; job 2 (400 > 111) waits again.
     assert steps[1][:3] == (400, 1, [1])
     assert all(prefill in (0, 400) for prefill, *_ in steps)  # a prompt is never split
+
+
+def test_a_cancelled_job_frees_its_blocks_and_keeps_the_tokens_it_produced() -> None:
+    """The virtual driver cancels a job whose client gave up (a timeout, the end of the run)."""
+    engine = small_engine("priority", kv_cache_tokens=4096)
+    jobs = [Job(0, "t", "batch", 40, 50, 0), Job(1, "t", "batch", 40, 50, 0, priority=1)]
+    for job in jobs:
+        engine.submit(job, 0)
+    waiting = Job(2, "t", "batch", 40, 50, 0, priority=2)
+    now = 0
+    for _ in range(10):
+        now = engine.step(0, now).end_ns  # type: ignore[union-attr]
+    engine.submit(waiting, now)
+    assert engine.cancel(jobs[0], now) and engine.cancel(waiting, now)
+    assert not engine.cancel(waiting, now)  # no longer live
+    assert jobs[0].status == "cancelled" and jobs[0].blocks == 0
+    assert len(engine.policy) == 0 and engine.replicas[0].running == [jobs[1]]
+    held = jobs[1].blocks
+    assert engine.replicas[0].free_blocks + held == engine.kv_blocks
+    assert sum(count for *_, count in jobs[0].segments) == 10  # a token per step it ran
+    while engine.step(0, now) is not None:
+        now = engine.replicas[0].decode_ends[-1]
+    assert jobs[1].status == "finished" and engine.replicas[0].free_blocks == engine.kv_blocks

@@ -90,6 +90,14 @@ class WaitingQueue:
     def pop(self) -> Job:
         return heapq.heappop(self._heap)[3] if self.policy == "priority" else self._fcfs.popleft()
 
+    def remove(self, job: Job) -> None:
+        """A waiting (or preempted, waiting to resume) job leaves the queue: cancelled."""
+        if self.policy == "priority":
+            self._heap = [entry for entry in self._heap if entry[3] is not job]
+            heapq.heapify(self._heap)
+        else:
+            self._fcfs.remove(job)
+
     def __iter__(self) -> Iterator[Job]:
         if self.policy == "priority":
             return (entry[3] for entry in sorted(self._heap))
@@ -166,6 +174,35 @@ class VllmEngine:
         job.prefill_left = job.prompt_tokens  # tokens not yet computed (num_tokens - computed)
         self.policy.add(job)
         return ACCEPTED
+
+    def cancel(self, job: Job, now_ns: int) -> bool:
+        """Stop a job wherever it is (its client went away: a timeout, the end of the run).
+        True if it was still live. A running job's blocks are freed; the tokens it produced
+        (a preempted one's too) stay readable from `segments`."""
+        if job.status in ("waiting", "preempted"):
+            self.policy.remove(job)
+        elif job.status == "running":
+            rep = self.replicas[0]
+            rep.running.remove(job)
+            rep.free_blocks += job.blocks
+            job.blocks = 0
+        else:
+            return False
+        self._close_run(job, 0)
+        job.status = "cancelled"
+        job.done_ns = now_ns
+        return True
+
+    @staticmethod
+    def _close_run(job: Job, r: int) -> None:
+        """Move the job's open run of tokens into `segments`; first_step becomes the step of
+        its first token again."""
+        if job.first_step >= 0 and (
+            not job.segments or job.segments[-1][2] + job.segments[-1][3] <= job.first_step
+        ):
+            job.segments.append((r, -1, job.first_step, job.last_step - job.first_step + 1))
+        if job.segments:
+            job.first_step = job.segments[0][2]
 
     # ------------------------------------------------------------------ one step
 
@@ -353,9 +390,7 @@ class VllmEngine:
             job.blocks = 0
             job.status = "finished"
             job.done_ns = end
-            if job.first_step >= 0:  # close the last run; first_step: the first token's step
-                job.segments.append((r, -1, job.first_step, job.last_step - job.first_step + 1))
-                job.first_step = job.segments[0][2]
+            self._close_run(job, r)
             res.finished.append(job)
         return res
 
