@@ -18,13 +18,6 @@
       preemption: {mode: swap, swap_bandwidth_gbps: 50, budget: {count: 3, window_s: 60}}
 
 Validated up front; a problem is reported as `scheduler.<field>: ...` on one line.
-
-`engine:` picks what schedules. `reference` (the default) is `engine.Engine` under any policy of
-`policies/`. `vllm` is `vllm.VllmEngine`, a model of vLLM V1's own scheduler (docs/simulator.md):
-its `policy` is vLLM's `--scheduling-policy`, `fcfs` or `priority` (a request's priority is its
-SLO class's `priority`, lower first), and the knobs vLLM has no equivalent of (admission,
-prefix_cache, preemption modes, tier ranks, admit_every, replicas) are refused rather than
-silently ignored, so a scenario never claims a vLLM behaviour the model does not have.
 """
 
 from __future__ import annotations
@@ -130,11 +123,39 @@ def _vllm_problems(spec: SchedulerSpec, block: dict[str, Any]) -> list[str]:
     return problems
 
 
+def _parse_vllm(spec: SchedulerSpec, block: dict[str, Any]) -> SchedulerConfig:
+    """`engine: vllm` (`vllm.VllmEngine`, a model of vLLM V1's own scheduler; docs/simulator.md).
+
+    The profile is read as for the reference engine (`engine.Engine`, which runs any policy of
+    `policies/`). `policy` is vLLM's `--scheduling-policy`, `fcfs` or `priority` (a request's
+    priority is its SLO class's `priority`, lower first). The fields vLLM has no equivalent of
+    (admission, prefix_cache, preemption modes, tier ranks, admit_every, replicas) are refused
+    rather than silently ignored, so a scenario never claims a vLLM behaviour the model lacks."""
+    problems = _vllm_problems(spec, block)
+    profile = None
+    try:
+        profile = load_profile(spec.profile)
+    except ProfileError as error:
+        problems.append(str(error))
+    if problems or profile is None:
+        raise SchedulerConfigError(problems)
+    overrides = {
+        name: getattr(spec, name)
+        for name in ("max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "kv_cache_tokens")
+        if getattr(spec, name) is not None
+    }
+    # The reference policy that orders waiting jobs the same way (the engine keeps its own queue).
+    factory = policy_factory(VLLM_POLICIES[str(spec.policy)])
+    return SchedulerConfig(spec, replace(profile, **overrides), factory)
+
+
 def parse_scheduler_config(block: dict[str, Any] | None) -> SchedulerConfig:
     try:
         spec = SchedulerSpec.model_validate(block or {})
     except ValidationError as error:
         raise SchedulerConfigError(lines_from(error)) from None
+    if spec.engine == "vllm":
+        return _parse_vllm(spec, block or {})
     problems: list[str] = []
     profile = None
     try:
@@ -142,15 +163,10 @@ def parse_scheduler_config(block: dict[str, Any] | None) -> SchedulerConfig:
     except ProfileError as error:
         problems.append(str(error))
     factory = None
-    if spec.engine == "vllm":
-        problems.extend(_vllm_problems(spec, block or {}))
-        if spec.policy in VLLM_POLICIES:  # the reference discipline that orders the same way
-            factory = policy_factory(VLLM_POLICIES[spec.policy])  # type: ignore[index]
-    else:
-        try:
-            factory = policy_factory(spec.policy)
-        except PolicySpecError as error:
-            problems.append(str(error))
+    try:
+        factory = policy_factory(spec.policy)
+    except PolicySpecError as error:
+        problems.append(str(error))
     if problems or profile is None or factory is None:
         raise SchedulerConfigError(problems)
     overrides = {
