@@ -640,6 +640,11 @@ def parse_scenario(
     problems = _cross_check(scn)
     if scn.scheduler:
         problems += _check_scheduler_block(scn.scheduler)
+        if scn.scheduler.get("engine") == "vllm" and scn.target.kind != "sim":
+            problems.append(
+                "scheduler.engine: 'vllm' is vLLM's scheduler simulated in virtual time; use "
+                "target: {kind: sim}, or target: {kind: vllm} for a real vLLM"
+            )
     if scn.target.faults is not None:
         from reference_scheduler.server.faults import FaultSpec
 

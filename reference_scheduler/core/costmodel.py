@@ -112,4 +112,5 @@ def load_profile(spec: str | dict[str, Any], where: str = "profile") -> Profile:
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     if isinstance(data, dict):
         data.setdefault("name", path.stem)
+        data.pop("fit", None)  # how the coefficients were fitted, and the residuals: provenance
     return profile_from_mapping(data, where)

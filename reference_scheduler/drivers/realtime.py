@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from reference_scheduler.core.job import Job
-from reference_scheduler.scheduler.config import SchedulerConfig
+from reference_scheduler.scheduler.config import SchedulerConfig, SchedulerConfigError
 from reference_scheduler.scheduler.engine import Engine, StepResult
 
 SPIN_NS = 1_200_000  # sleep until this close to a step's end, then spin (yielding to I/O)
@@ -69,6 +69,10 @@ class RealtimeDriver:
         metrics: DriverMetrics,
         clock: Callable[[], int] = time.perf_counter_ns,
     ) -> None:
+        if scheduler.engine != "reference":  # the vLLM model is for virtual time only
+            raise SchedulerConfigError(
+                ["scheduler.engine: 'vllm' is simulated only (target: sim); use a real vLLM"]
+            )
         self.engine = Engine(scheduler, keep_history=False)
         self.metrics = metrics
         self.clock = clock

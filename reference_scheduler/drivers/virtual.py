@@ -30,7 +30,7 @@ import numpy as np
 
 from reference_scheduler.core.job import Job
 from reference_scheduler.scheduler.config import SchedulerConfig
-from reference_scheduler.scheduler.engine import Engine
+from reference_scheduler.scheduler.vllm import make_engine
 
 
 @dataclass(frozen=True)
@@ -135,7 +135,7 @@ def simulate(
     `timeout_ns`: each job is cancelled that long after its arrival unless finished by then;
     `stop_ns`: every job still live at that instant is cancelled and the simulation ends."""
     jobs = list(jobs)
-    engine = Engine(config)
+    engine = make_engine(config)  # scheduler.engine: reference or vllm
     policy = engine.policy
     step = engine.step
     n_rep = len(engine.replicas)

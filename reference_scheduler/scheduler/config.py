@@ -1,6 +1,7 @@
 """The `scheduler:` block: one configuration for both the simulated and the served scheduler.
 
     scheduler:
+      engine: reference            # reference (this package's policies) | vllm (vLLM V1's own)
       policy: dwrr                 # a policy, a preset, or {name: ..., options}
       profile: h100-llama3-8b      # a shipped profile, a YAML path, or inline coefficients
       replicas: 1                  # engine replicas behind the one global queue
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -47,6 +48,7 @@ class SchedulerConfigError(Exception):
 class SchedulerSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    engine: Literal["reference", "vllm"] = "reference"
     policy: str | dict[str, Any] = "dwrr"
     profile: str | dict[str, Any] = "h100-llama3-8b"
     replicas: int = Field(1, ge=1, le=100_000)
@@ -78,6 +80,10 @@ class SchedulerConfig:
     warnings: tuple[str, ...] = ()  # one line each: a setting that makes a policy degenerate
 
     @property
+    def engine(self) -> str:
+        return self.spec.engine
+
+    @property
     def replicas(self) -> int:
         return self.spec.replicas
 
@@ -92,11 +98,67 @@ class SchedulerConfig:
         return min(limit, cap) if limit else cap
 
 
+# vLLM's `--scheduling-policy` values -> the reference policy that orders waiting jobs alike.
+VLLM_POLICIES = {"fcfs": "fifo", "priority": "priority"}
+
+# Fields of the block that vLLM has no equivalent of, and what to do instead.
+_NOT_VLLM = {
+    "admission": "vLLM has no admission limits; remove it",
+    "prefix_cache": "automatic prefix caching is not modelled; remove it",
+    "preemption": "vLLM V1 always preempts by recompute; remove it",
+    "tier_ranks": "vLLM orders by the request priority only; remove it",
+    "admit_every": "vLLM V1 schedules waiting requests every step; remove it",
+}
+
+
+def _vllm_problems(spec: SchedulerSpec, block: dict[str, Any]) -> list[str]:
+    problems = []
+    if not isinstance(spec.policy, str) or spec.policy not in VLLM_POLICIES:
+        problems.append(
+            f"scheduler.policy: engine: vllm takes vLLM's --scheduling-policy, one of "
+            f"{sorted(VLLM_POLICIES)}; got {spec.policy!r}"
+        )
+    if spec.replicas != 1:
+        problems.append("scheduler.replicas: engine: vllm simulates one vLLM instance; use 1")
+    for name, why in _NOT_VLLM.items():
+        if block.get(name) is not None:
+            problems.append(f"scheduler.{name}: not used with engine: vllm ({why})")
+    return problems
+
+
+def _parse_vllm(spec: SchedulerSpec, block: dict[str, Any]) -> SchedulerConfig:
+    """`engine: vllm` (`vllm.VllmEngine`, a model of vLLM V1's own scheduler; docs/simulator.md).
+
+    The profile is read as for the reference engine (`engine.Engine`, which runs any policy of
+    `policies/`). `policy` is vLLM's `--scheduling-policy`, `fcfs` or `priority` (a request's
+    priority is its SLO class's `priority`, lower first). The fields vLLM has no equivalent of
+    (admission, prefix_cache, preemption modes, tier ranks, admit_every, replicas) are refused
+    rather than silently ignored, so a scenario never claims a vLLM behaviour the model lacks."""
+    problems = _vllm_problems(spec, block)
+    profile = None
+    try:
+        profile = load_profile(spec.profile)
+    except ProfileError as error:
+        problems.append(str(error))
+    if problems or profile is None:
+        raise SchedulerConfigError(problems)
+    overrides = {
+        name: getattr(spec, name)
+        for name in ("max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "kv_cache_tokens")
+        if getattr(spec, name) is not None
+    }
+    # The reference policy that orders waiting jobs the same way (the engine keeps its own queue).
+    factory = policy_factory(VLLM_POLICIES[str(spec.policy)])
+    return SchedulerConfig(spec, replace(profile, **overrides), factory)
+
+
 def parse_scheduler_config(block: dict[str, Any] | None) -> SchedulerConfig:
     try:
         spec = SchedulerSpec.model_validate(block or {})
     except ValidationError as error:
         raise SchedulerConfigError(lines_from(error)) from None
+    if spec.engine == "vllm":
+        return _parse_vllm(spec, block or {})
     problems: list[str] = []
     profile = None
     try:
