@@ -7,8 +7,9 @@ millisecond-grained, so the wait is coarse on the loop, then fine in a thread (`
 microsecond-grained and burns no CPU; the loop serves I/O meanwhile), then a short spin. The
 fine stretch used to be spun whole: 1.2 ms of busy CPU per ~7 ms step, a sixth of a core taken
 from the load generator that shares the machine with the embedded server, and no more punctual
-for it on a busy machine, where the kernel preempts the spinner (issue #15: the quickstart beside
-a CPU hog, server CPU 5.1-5.8 s spun vs 3.3-3.9 s, steps within 1 ms ~73% vs ~80%). The next step
+for it on a busy machine, where the kernel preempts the spinner (issue #15, the quickstart on a
+loaded 2-core machine, 10 runs each: server CPU 5.4-7.4 s spun vs 3.4-4.2 s; steps within 1 ms
+of their end 86% vs 90%). The next step
 starts at the previous step's end on the engine's timeline; when the event loop wakes late, the
 lateness is measured (`scheduler_step_lag_seconds`) and the next step starts at the real time
 instead, so a driver that falls behind says so rather than silently compressing time.
