@@ -9,6 +9,8 @@ caller (the CLI), because the report layer sits above the decisions it also rend
 from __future__ import annotations
 
 import datetime as dt
+import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from fairbench.analysis import censored
-from fairbench.analysis.health import generator_health
+from fairbench.analysis.health import MachineLoad, generator_health
 from fairbench.analysis.summary import build_summary, measurement_window
 from fairbench.plan.model import Plan
 from fairbench.run.live import Progress
@@ -45,7 +47,27 @@ def run_scenario(
     scn: Scenario, options: RunOptions | None = None, progress: Progress | None = None
 ) -> RunOutcome:
     """Execute the scenario and write its records, summary.json and final run.json."""
-    return finish(measure(scn, options, progress))
+    wall, cpu = time.monotonic(), os.times()
+    m = measure(scn, options, progress)
+    return finish(m, _machine_load(wall, cpu))
+
+
+def _machine_load(wall: float, cpu: os.times_result) -> MachineLoad:
+    """What the machine did since (wall, cpu): a late generator's reason quotes it."""
+    now = os.times()
+    try:
+        load: float | None = os.getloadavg()[0]
+    except (AttributeError, OSError):  # no load average on this platform
+        load = None
+    cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    return MachineLoad(
+        cpus=len(cores) if cores else os.cpu_count() or 1,
+        load_1m=load,
+        wall_s=time.monotonic() - wall,
+        generator_cpu_s=(now.user - cpu.user) + (now.system - cpu.system),
+        children_cpu_s=(now.children_user - cpu.children_user)
+        + (now.children_system - cpu.children_system),
+    )
 
 
 def load_partial_run(run_dir: Path) -> RunOutcome:
@@ -53,14 +75,20 @@ def load_partial_run(run_dir: Path) -> RunOutcome:
     return finish(read_partial(run_dir))
 
 
-def finish(m: Measurement) -> RunOutcome:
-    """Consolidate the records, check the accounting, summarise, and close run.json."""
+def finish(m: Measurement, machine: MachineLoad | None = None) -> RunOutcome:
+    """Consolidate the records, check the accounting, summarise, and close run.json.
+    `machine`: what the machine did during the run, when the caller watched it."""
     scn, plan, rows, header = m.scn, m.plan, m.rows, m.header
     accounting = check_accounting(len(plan), rows)
     write_records(rows, m.run_dir / "records.parquet")
     frame = records_frame(rows)
     health = generator_health(
-        frame, scn, m.loop_lags, stopped=m.stopped, virtual=scn.target.kind == "sim"
+        frame,
+        scn,
+        m.loop_lags,
+        stopped=m.stopped,
+        virtual=scn.target.kind == "sim",
+        machine=machine,
     )
     if not m.complete:
         health["invalid_reasons"].append(

@@ -1,4 +1,7 @@
-"""The open loop: deadlines kept, stalls do not delay later sends, every request one record."""
+"""The open loop: never early, stalls do not delay later sends, every request one record.
+
+No test here asserts how late a send may be: that depends on the machine (the benchmarks
+measure it). They assert what must hold on any machine, however loaded."""
 
 from __future__ import annotations
 
@@ -36,34 +39,51 @@ async def run_plan(tmp_path: Path, plan, handler, **options):  # type: ignore[no
     return ex, result, {r["request_id"]: r for r in rows}
 
 
-async def test_sends_land_on_their_deadlines(tmp_path: Path) -> None:
+async def test_sends_keep_the_schedule_and_record_their_lag(tmp_path: Path) -> None:
+    """What holds however busy the machine is: nothing goes out early, requests go out in plan
+    order, intended times are the plan's, and each record carries its own lateness. How small
+    that lateness is, is a benchmark's question (benchmarks/bench_generator.py), not a test's."""
     plan = make_plan(rate=200, duration="2s")
-    _, _, rows = await run_plan(tmp_path, plan, fast)
+    ex, _, rows = await run_plan(tmp_path, plan, fast)
     assert len(rows) == len(plan) == 400
-    lag_ms = np.array([r["t_sent_ns"] - r["t_intended_ns"] for r in rows.values()]) / 1e6
-    assert np.all(lag_ms >= 0)
-    assert np.percentile(lag_ms, 99) < 5.0  # the INVALID threshold; typically well under 1 ms
-    # intended times are the plan's offsets, exactly
     offsets = plan.columns["offset_ns"]
     assert all(rows[i]["t_intended_ns"] == int(offsets[i]) for i in range(len(plan)))
+    sent = np.array([rows[i]["t_sent_ns"] for i in range(len(plan))])
+    intended = np.array([rows[i]["t_intended_ns"] for i in range(len(plan))])
+    assert np.all(sent >= intended)  # never before its deadline
+    assert np.all(np.diff(sent) >= 0)  # in the plan's order
+    # The lateness is measured, not assumed: the live counter holds the last send's.
+    assert ex.counters.last_lag_ns == sent[-1] - intended[-1] >= 0
+    assert ex.counters.sent == ex.counters.done == len(plan)
     assert all(r["status"] == "ok" and r["output_tokens"] == 5 for r in rows.values())
 
 
 async def test_a_stalled_target_does_not_delay_later_sends(tmp_path: Path) -> None:
+    """The first ten requests stall until the last one is sent. With any gate in front of the
+    schedule the last one never goes out and the ten time out instead of finishing."""
+    plan = make_plan(rate=100, duration="1.5s")
+    last = len(plan) - 1
+    released = asyncio.Event()
+
     async def stall_first_ten(req: PlannedRequest) -> AsyncIterator[TargetEvent]:
-        if req.request_id < 10:
-            await asyncio.sleep(2.0)  # far longer than the gaps between sends
+        if req.request_id == last:
+            released.set()
+        elif req.request_id < 10:
+            await released.wait()
         async for event in fast(req):
             yield event
 
-    plan = make_plan(rate=100, duration="1.5s")
-    _, _, rows = await run_plan(tmp_path, plan, stall_first_ten, grace_s=5)
-    later = [r for i, r in rows.items() if i >= 10]
-    lag_ms = np.array([r["t_sent_ns"] - r["t_intended_ns"] for r in later]) / 1e6
-    assert np.percentile(lag_ms, 99) < 5.0
-    # and the stalled ones still measure from their intended time
-    stalled = rows[0]
-    assert stalled["t_first_token_ns"] - stalled["t_intended_ns"] >= 2.0e9
+    _, _, rows = await run_plan(tmp_path, plan, stall_first_ten, timeout_s=30, grace_s=30)
+    assert len(rows) == len(plan)
+    assert all(r["status"] == "ok" for r in rows.values()), [
+        (i, r["status"]) for i, r in rows.items() if r["status"] != "ok"
+    ]
+    last_sent = rows[last]["t_sent_ns"]
+    for i in range(10):
+        stalled = rows[i]
+        assert stalled["t_sent_ns"] <= rows[10]["t_sent_ns"]  # it went out in its turn
+        # ... and its latency is measured from its intended time, the whole stall included
+        assert stalled["t_first_token_ns"] > last_sent
 
 
 FAILURES = {
@@ -106,7 +126,8 @@ async def scripted(req: PlannedRequest) -> AsyncIterator[TargetEvent]:
 
 async def test_every_failure_kind_becomes_the_right_record(tmp_path: Path) -> None:
     plan = make_plan(rate=45, duration="1s")
-    _, _, rows = await run_plan(tmp_path, plan, scripted, timeout_s=0.3, grace_s=2)
+    # The timeout only has to separate kind 5 (which never answers) from the rest.
+    _, _, rows = await run_plan(tmp_path, plan, scripted, timeout_s=2, grace_s=5)
     assert len(rows) == len(plan) == 45
     for i, row in rows.items():
         status, kind = FAILURES[i % 9]
@@ -125,31 +146,33 @@ async def test_every_failure_kind_becomes_the_right_record(tmp_path: Path) -> No
 
 
 async def test_stop_cancels_the_rest_and_still_records_everything(tmp_path: Path) -> None:
-    async def slow(req: PlannedRequest) -> AsyncIterator[TargetEvent]:
-        yield Started()
-        await asyncio.sleep(10)
-        yield Done(1)
-
     from fairbench.run.records import JournalWriter
 
     plan = make_plan(rate=20, duration="5s")
     journal = JournalWriter(tmp_path / "journal.jsonl")
-    ex = Executor(plan, MockTarget(slow), journal, ExecOptions(grace_s=0.2))
+    ex: Executor
 
-    async def stop_soon() -> None:
-        await asyncio.sleep(1.0)
-        ex.stop.set()
+    async def slow_and_stop_at_ten(req: PlannedRequest) -> AsyncIterator[TargetEvent]:
+        yield Started()
+        if req.request_id == 9:
+            ex.stop.set()  # stop once ten are in flight, whenever that is
+        await asyncio.sleep(10)
+        yield Done(1)
 
-    stopper = asyncio.create_task(stop_soon())
+    ex = Executor(plan, MockTarget(slow_and_stop_at_ten), journal, ExecOptions(grace_s=0.2))
     result = await ex.run()
-    await stopper
     journal.close()
     rows = read_journal(tmp_path / "journal.jsonl")
     acc = check_accounting(len(plan), rows)
     assert result.stopped and acc.holds
     assert acc.counts["cancelled"] == len(plan)  # in flight ones cancelled, unsent ones too
-    sent = [r for r in rows if r["t_sent_ns"] is not None]
-    assert 15 <= len(sent) <= 30  # about one second's worth was sent
+    sent = sorted(r["request_id"] for r in rows if r["t_sent_ns"] is not None)
+    # Sending stopped: the sent ones are a prefix of the plan (a late loop may have sent a few
+    # overdue ones before it saw the stop), and everything after it is recorded as never sent.
+    assert sent == list(range(len(sent))) and 10 <= len(sent) < len(plan)
+    unsent = [r for r in rows if r["t_sent_ns"] is None]
+    assert len(unsent) == len(plan) - len(sent)
+    assert {r["error_detail"] for r in unsent} == {"not sent: the run was stopped"}
 
 
 async def test_closed_loop_cap_is_reported(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import lzma
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,9 @@ from hypothesis import strategies as st
 from fairbench.analysis import metrics as m
 from fairbench.analysis.fairness import service_difference, windowed_jain
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "reference-results" / "vtc"
+# The VTC artifact's published per-request results, unchanged but xz-compressed (origin and
+# licence: tests/data/SOURCES.md).
+VTC = Path(__file__).resolve().parent / "data" / "vtc"
 
 # ---------------------------------------------------------------- Jain and water-filling
 
@@ -166,10 +169,8 @@ def test_service_difference_by_hand() -> None:
 def test_reproduces_the_vtc_artifacts_real_trace_table(
     scheduler: str, expected: tuple[float, float, float]
 ) -> None:
-    path = SHARED / f"{scheduler}_all_results_real.jsonl"
-    if not path.is_file():
-        pytest.skip("the VTC artifact's results live in ../shared/reference-results/vtc")
-    data = json.loads(path.read_text().splitlines()[0])
+    with lzma.open(VTC / f"{scheduler}_all_results_real.jsonl.xz", "rt", encoding="utf-8") as f:
+        data = json.loads(f.readline())
     rows = [r for r in data["result"]["responses"] if r["first_token_latency"] != -1]
     arrival = np.array([r["req_time"] for r in rows])
     sd = service_difference(

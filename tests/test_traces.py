@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import lzma
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -14,14 +16,19 @@ from fairbench.workload.traces import TraceError, detect_tick, read_trace, sprea
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "scenarios" / "traces" / "AzureLLMInferenceTrace_conv.csv"
-SHARED = REPO.parent / "shared" / "traces"
+# The other production traces, unchanged but xz-compressed (origin and licence:
+# tests/data/SOURCES.md). The readers take plain files, so each is unpacked once per session.
+DATA = REPO / "tests" / "data" / "traces"
 
 
-def shared(name: str) -> Path:
-    path = SHARED / name
-    if not path.is_file():
-        pytest.skip(f"{name} not present (the production traces live in ../shared/traces)")
-    return path
+@pytest.fixture(scope="session")
+def traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding the decompressed traces, by their original names."""
+    folder = tmp_path_factory.mktemp("traces")
+    for packed in sorted(DATA.glob("*.xz")):
+        with lzma.open(packed) as src, (folder / packed.stem).open("wb") as dst:
+            shutil.copyfileobj(src, dst)
+    return folder
 
 
 def test_azure_conv_parses_every_row() -> None:
@@ -34,16 +41,16 @@ def test_azure_conv_parses_every_row() -> None:
     assert rows.t[1] == pytest.approx(4.314579, abs=1e-6)
 
 
-def test_azure_code_and_mooncake_traces_parse() -> None:
-    code = read_trace("azure", shared("AzureLLMInferenceTrace_code.csv"))
+def test_azure_code_and_mooncake_traces_parse(traces: Path) -> None:
+    code = read_trace("azure", traces / "AzureLLMInferenceTrace_code.csv")
     assert len(code) == 8819
-    conv = read_trace("mooncake", shared("conversation_trace.jsonl"))
+    conv = read_trace("mooncake", traces / "conversation_trace.jsonl")
     assert len(conv) == 12031
     assert conv.hash_offsets is not None and conv.hash_values is not None
     # Row 1 of the file: 6758 tokens, hash ids 0..13 (14 blocks of 512).
     first = conv.hash_values[conv.hash_offsets[0] : conv.hash_offsets[1]]
     assert conv.input_tokens[0] == 6758 and list(first) == list(range(14))
-    synthetic = read_trace("mooncake", shared("synthetic_trace.jsonl"))
+    synthetic = read_trace("mooncake", traces / "synthetic_trace.jsonl")
     assert len(synthetic) == 3993
 
 
@@ -160,8 +167,8 @@ def test_window_scale_and_share_split() -> None:
     assert plan.columns["prompt_tokens"].max() > 1000
 
 
-def test_hash_split_keeps_shared_prefixes_with_one_tenant() -> None:
-    path = shared("conversation_trace.jsonl")
+def test_hash_split_keeps_shared_prefixes_with_one_tenant(traces: Path) -> None:
+    path = traces / "conversation_trace.jsonl"
     scn = parse_scenario(
         {
             "workloads": {"c": {"prompt_tokens": 1}},
@@ -191,3 +198,23 @@ def test_hash_split_keeps_shared_prefixes_with_one_tenant() -> None:
     assert 0.35 < (tenants == "a").mean() < 0.65
     # spreading removed the ~3 s bursts: no two requests share an offset any more
     assert len(np.unique(plan.columns["offset_ns"])) == len(plan)
+
+
+def test_every_shipped_data_file_is_attributed_and_unchanged() -> None:
+    """Each data file the repository carries is named, with its origin and licence, in the
+    README beside it; the compressed ones decompress to the sha256 recorded there."""
+    import hashlib
+
+    sources = (REPO / "tests" / "data" / "SOURCES.md").read_text(encoding="utf-8")
+    for packed in sorted((REPO / "tests" / "data").rglob("*.xz")):
+        rel = packed.relative_to(REPO / "tests" / "data").as_posix()
+        line = next((x for x in sources.splitlines() if f"`{rel}`" in x), None)
+        assert line is not None, f"{rel} is not listed in tests/data/SOURCES.md"
+        assert "CC-BY-4.0" in line or "Apache-2.0" in line, rel
+        with lzma.open(packed) as handle:
+            digest = hashlib.file_digest(handle, "sha256").hexdigest()  # type: ignore[arg-type]
+        assert f"`{digest}`" in line, f"{rel} no longer decompresses to the recorded file"
+    readme = (SHIPPED.parent / "README.md").read_text(encoding="utf-8")
+    for shipped in sorted(SHIPPED.parent.iterdir()):
+        if shipped.name != "README.md":
+            assert f"`{shipped.name}`" in readme and "CC-BY-4.0" in readme, shipped.name

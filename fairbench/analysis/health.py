@@ -2,12 +2,18 @@
 
 A run is INVALID, with the reason, when the generator's send lag p99 exceeds the threshold
 (default 5 ms), when a tenant's achieved send rate falls below `min_rate_ratio` of its planned
-rate, or when the run was stopped before its schedule ended. Latency from a late generator is
+rate, when the run was stopped before its schedule ended, or when no request succeeded (a run of
+failures measures the target's set-up, not its scheduling). Latency from a late generator is
 still recorded (from the intended time), but the offered load was not the plan's.
+
+A late generator is nearly always a busy machine, so the lag reason says what the machine was
+doing (`MachineLoad`: load average, cores, the CPU this run's processes got) and what to try.
+The caller samples those figures around the run; this module only reads them.
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -24,12 +30,67 @@ def _rate(times_ns: np.ndarray) -> float | None:
     return (len(times_ns) - 1) / (span / 1e9) if span > 0 else None
 
 
+@dataclass(frozen=True)
+class MachineLoad:
+    """What the machine was doing while the run went: sampled by the caller around it.
+
+    `generator_cpu_s` is the CPU time of the process that ran the schedule; `children_cpu_s` that
+    of the children it waited for (the embedded reference server, shard workers). Together over
+    `wall_s` they tell a generator starved of CPU (load above the cores, little CPU got) from one
+    that was itself the bottleneck (about a core's worth got)."""
+
+    cpus: int
+    load_1m: float | None  # None where the platform has no load average
+    wall_s: float
+    generator_cpu_s: float
+    children_cpu_s: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+
+def lag_advice(machine: MachineLoad | None) -> str:
+    """The sentence after 'generator fell behind': the machine's state and what to try."""
+    if machine is None:
+        return (
+            "no record of the machine's load for this run; try again with other work on the "
+            "machine stopped"
+        )
+    wall = max(machine.wall_s, 1e-9)
+    gen_share = machine.generator_cpu_s / wall
+    load = "unknown" if machine.load_1m is None else f"{machine.load_1m:.2f}"
+    total = machine.generator_cpu_s + machine.children_cpu_s
+    state = (
+        f"The machine: 1-min load average {load} on {machine.cpus} "
+        f"{'core' if machine.cpus == 1 else 'cores'}; this run's processes got "
+        f"{total:.1f} s of CPU in {machine.wall_s:.1f} s "
+        f"(generator {machine.generator_cpu_s:.1f} s = {gen_share:.0%} of one core, "
+        f"its server/workers {machine.children_cpu_s:.1f} s)"
+    )
+    tries = []
+    if machine.load_1m is not None and machine.load_1m >= machine.cpus:
+        tries.append(
+            "the machine had more runnable work than cores, so the generator waited for a CPU: "
+            "stop other work (builds, test suites, browsers) and run again"
+        )
+    if gen_share >= 0.8:
+        tries.append(
+            "the generator itself used most of a core: split the plan over processes with "
+            "--workers N"
+        )
+    if not tries:
+        tries.append("run again with less else running on the machine")
+    tries.append("or serve the target from other cores or another machine (--target-url)")
+    return f"{state}. Try: {'; '.join(tries)}"
+
+
 def generator_health(
     records: pd.DataFrame,
     scn: Scenario,
     loop_lag_ns: np.ndarray | None = None,
     stopped: bool = False,
     virtual: bool = False,
+    machine: MachineLoad | None = None,
 ) -> dict[str, Any]:
     lag = send_lag_ns(records)
     lag_ms = {
@@ -45,7 +106,17 @@ def generator_health(
     # the whole run is labelled closed-loop instead of judged by it.
     if closed is None and lag_ms["p99"] is not None and lag_ms["p99"] > threshold_ms:
         reasons.append(
-            f"generator fell behind: send lag p99 {lag_ms['p99']:.2f} ms > {threshold_ms:g} ms"
+            f"generator fell behind: send lag p99 {lag_ms['p99']:.2f} ms > {threshold_ms:g} ms. "
+            + lag_advice(machine)
+        )
+    ok = int((records["status"] == "ok").sum()) if len(records) else 0
+    if ok == 0:
+        counts = records["status"].value_counts().to_dict() if len(records) else {}
+        seen = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no records"
+        reasons.append(
+            f"no request succeeded ({seen}): the run measured failures, not the target's "
+            "scheduling; check the target (its URL, API keys, model name) and the records' "
+            "error_detail"
         )
     tenants: dict[str, Any] = {}
     sent_mask = records["t_sent_ns"].notna().to_numpy()
@@ -88,6 +159,7 @@ def generator_health(
         "send_lag_ms": lag_ms,
         "send_lag_threshold_ms": threshold_ms,
         "event_loop_lag_ms": loop,
+        "machine": None if machine is None else machine.as_dict(),
         "tenants": tenants,
         "invalid_reasons": reasons,
         "valid": not reasons,
