@@ -315,10 +315,13 @@ def browser_check(
         )
         start = time.perf_counter()
         page.goto(page_path.as_uri())
-        # open: the verdict and tables are there, and the figures in view are drawn
+        # open: the verdict and tables are there, and the figures in view (or within the
+        # loader's 600 px margin) are drawn; a long verdict table may push them all below
         page.wait_for_function(
-            f"[...document.querySelectorAll('.js-plotly-lazy')].filter({drawn}).length >= "
-            "Math.min(2, document.querySelectorAll('.js-plotly-lazy').length)",
+            "typeof Plotly !== 'undefined' && (() => { const near = "
+            "[...document.querySelectorAll('.js-plotly-lazy')].filter(d => "
+            "d.getBoundingClientRect().top < window.innerHeight + 600); "
+            f"return near.filter({drawn}).length >= Math.min(2, near.length); }})()",
             timeout=20_000,
         )
         loaded = time.perf_counter() - start

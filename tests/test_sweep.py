@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from fairbench.analysis.registry import metric_value
+from fairbench.analysis.registry import MetricError, metric_value
 from fairbench.decide.sweep import expand, knee, pareto_front, run_sweep, scale_load
 from fairbench.workload.scenario import ScenarioError
 
@@ -62,17 +62,23 @@ def test_scale_load() -> None:
     assert raw["tenants"][0]["arrival"]["rate"] == "10/s"  # the input is untouched
 
 
-def test_metric_value_aliases_and_paths() -> None:
+def test_metric_value_names_and_paths() -> None:
+    entry = lambda v: {"value": v, "lower_bound": False}  # noqa: E731
     summary = {
-        "overall": {"goodput": {"requests_per_s": 4.0}},
-        "slo_classes": {
-            "interactive": {"latency_ms": {"ttft": {"p99": 250.0}}, "slo_attainment": 0.97}
+        "metrics": {
+            "overall": {"goodput": entry(4.0)},
+            "class": {"interactive": {"ttft_p99": entry(250.0), "slo_attainment": entry(0.97)}},
         },
+        "slo_classes": {"interactive": {"latency_ms": {"ttft": {"p99": 250.0}}}},
     }
     assert metric_value(summary, "goodput") == 4.0
-    assert metric_value(summary, "ttft_p99.interactive") == 250.0
+    assert metric_value(summary, "ttft_p99.interactive") == 250.0  # a class, the first form
+    assert metric_value(summary, "ttft_p99.class.interactive") == 250.0
     assert metric_value(summary, "slo_attainment.interactive") == 0.97
-    assert math.isnan(metric_value(summary, "jain"))
+    assert metric_value(summary, "slo_classes.interactive.latency_ms.ttft.p99") == 250.0
+    assert math.isnan(metric_value(summary, "ttft_p99.tenant.nobody"))  # no such group: no value
+    with pytest.raises(MetricError, match="unknown metric 'jain'"):
+        metric_value(summary, "jain")
 
 
 def test_sweep_runs_every_point_in_parallel(tmp_path: Path) -> None:
