@@ -95,10 +95,34 @@ def register(app: typer.Typer) -> None:
         target_url: Annotated[str | None, typer.Option(help="override the target's URL")] = None,
         as_json: Annotated[bool, typer.Option("--json", help="print summary.json")] = False,
         quiet: Annotated[bool, typer.Option(help="no progress display")] = False,
+        ray: Annotated[
+            str | None,
+            typer.Option(
+                metavar="ADDRESS",
+                help="run the generators as Ray actors: auto (RAY_ADDRESS / `ray start`), "
+                "local, or HOST:PORT; --workers actors (docs/ray.md)",
+            ),
+        ] = None,
+        ray_resource: Annotated[
+            list[str] | None,
+            typer.Option(help="with --ray: actor k needs one unit of the k-th (cycled)"),
+        ] = None,
     ) -> None:
         """Run a scenario open-loop against its target and write a run directory."""
         scn = load_scenario(file)
         options = RunOptions(out=out_dir, seed=seed, workers=workers, base_url=target_url)
+        if ray_resource and ray is None:
+            console.print("--ray-resource needs --ray ADDRESS", markup=False)
+            raise typer.Exit(2)
+        if ray is not None:
+            from fairbench.run.ray_shards import import_ray
+
+            options.ray, options.ray_resources = ray, tuple(ray_resource or ())
+            try:
+                import_ray()
+            except RuntimeError as error:  # one line: how to install it
+                console.print(str(error), markup=False)
+                raise typer.Exit(2) from None
         with Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
@@ -122,7 +146,13 @@ def register(app: typer.Typer) -> None:
                     ),
                 )
 
-            outcome = run_scenario(scn, options, progress)  # FileExistsError: cli.main
+            try:
+                outcome = run_scenario(scn, options, progress)  # FileExistsError: cli.main
+            except RuntimeError as error:
+                if options.ray is None or not str(error).startswith("--ray"):
+                    raise
+                console.print(str(error), markup=False)  # placement: one line, the flags
+                raise typer.Exit(2) from None
             bar.update(task, detail="writing the report")
             write_run_report(outcome.run_dir)
             bar.update(task, detail="done")

@@ -1,0 +1,225 @@
+"""`fairbench run --ray`: one plan sharded over Ray actors on two nodes, one clock, nothing lost.
+
+The cluster is real but local: `ray.cluster_utils.Cluster` with a head and a second node on
+127.0.0.1, each with a custom resource of its own, so placing actor k on node k is Ray's doing.
+The clock arithmetic is tested without Ray. Where ray is not importable the cluster tests skip
+with the reason (`pip install -e '.[dev,ray]'`; .ci/run installs it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+# Ray rewrites 127.0.0.1 to the host's routable address unless told it is not a cluster host;
+# the test cluster lives on loopback only. Set before ray is imported (and for the CLI's child).
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+
+from fairbench.analysis.actors import actor_health  # noqa: E402
+from fairbench.run.ray_clock import ClockOffset, drift, estimate_offset  # noqa: E402
+from fairbench.run.ray_shards import ActorRun, _clock_reasons  # noqa: E402
+from fairbench.workload.scenario import parse_scenario  # noqa: E402
+from tests.cli import run_cli  # noqa: E402
+
+NODES = ("fb_node_a", "fb_node_b")
+
+
+def scenario(tmp_path: Path, rate: str = "30/s", duration: str = "3s") -> Path:
+    data = {
+        "name": "ray-e2e",
+        "workloads": {"chat": {"endpoint": "chat", "prompt_tokens": 40, "output_tokens": 8}},
+        "tenants": [
+            {"id": "alpha", "mix": "chat", "arrival": {"process": "poisson", "rate": rate}},
+            {"id": "beta", "mix": "chat", "arrival": {"process": "constant", "rate": "10/s"}},
+        ],
+        "run": {"duration": duration, "seed": 5, "grace": "5s", "timeout": "20s"},
+        # the machine running the suite is shared and small: judge the plumbing, not its load
+        "health": {"max_send_lag_p99": "250ms", "min_rate_ratio": 0.5},
+        "target": {"kind": "reference"},
+        "scheduler": {"policy": "vtc", "profile": "h100-llama3-8b"},
+    }
+    path = tmp_path / "ray.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+# --------------------------------------------------------------------------- the clock, no Ray
+
+
+def test_offset_comes_from_the_tightest_round_trips_and_is_within_its_bound() -> None:
+    rng = np.random.default_rng(1)
+    true = 7_000_000_123  # the actor's clock runs this far ahead of the driver's
+    samples = []
+    t = 0
+    for _ in range(40):
+        out, back = (int(x) for x in rng.exponential(400_000, 2))  # queueing, either way
+        if len(samples) == 3:
+            out, back = 5_000_000, 100  # one lopsided, slow trip: its midpoint is 2.5 ms off
+        samples.append((t, t + out + true, t + out + back))
+        t += 10_000_000
+    est = estimate_offset(samples, k=5)
+    assert abs(est.offset_ns - true) <= est.uncertainty_ns
+    assert est.kept == 5 and est.samples == 40
+    rtts = sorted(r - s for s, _, r in samples)
+    assert est.rtt_min_ns == rtts[0] and est.uncertainty_ns == (rtts[4] + 1) // 2
+    with pytest.raises(ValueError, match="no clock samples"):
+        estimate_offset([])
+
+
+def test_drift_within_the_estimates_noise_is_no_drift_and_a_real_one_widens_the_bound() -> None:
+    before = ClockOffset(1_000_000, 200_000, 300_000, 40, 5)
+    still = drift(before, ClockOffset(1_150_000, 100_000, 150_000, 40, 5))
+    assert not still.significant and still.uncertainty_ns == 200_000
+    moved = drift(before, ClockOffset(4_000_000, 100_000, 150_000, 40, 5))
+    assert moved.significant and moved.drift_ns == 3_000_000
+    assert moved.uncertainty_ns == 200_000 + 3_000_000
+    assert drift(before, None).uncertainty_ns == 200_000  # an actor that died: the start bound
+
+
+def test_a_clock_bound_past_the_send_lag_budget_makes_the_run_invalid_naming_the_actor(
+    tmp_path: Path,
+) -> None:
+    scn = parse_scenario(yaml.safe_load(scenario(tmp_path).read_text()))  # budget 250 ms
+    tight = ActorRun(0, None, node={"hostname": "gen-a"})
+    tight.before = tight.after = ClockOffset(0, 1_000_000, 2_000_000, 40, 5)
+    loose = ActorRun(1, None, node={"hostname": "gen-b"})
+    loose.before = ClockOffset(0, 300_000_000, 600_000_000, 40, 5)
+    reasons = _clock_reasons([tight, loose], scn)
+    assert len(reasons) == 1 and "ray actor 1 (gen-b)" in reasons[0]
+    assert "300.00 ms > the 250 ms send-lag budget" in reasons[0]
+
+
+def test_an_actor_that_fell_behind_is_named() -> None:
+    scn = parse_scenario(
+        {
+            "name": "h",
+            "workloads": {"w": {"endpoint": "chat", "prompt_tokens": 4, "output_tokens": 2}},
+            "tenants": [{"id": "t", "mix": "w", "arrival": {"process": "constant", "rate": "10/s"}}],
+            "run": {"duration": "2s"},
+            "target": {"kind": "sim"},
+        }
+    )
+    n = 40
+    intended = np.arange(n) * 50_000_000
+    worker = np.arange(n) % 2
+    lag = np.where(worker == 1, 40_000_000, 100_000)  # actor 1 sends 40 ms late
+    frame = pd.DataFrame(
+        {
+            "request_id": np.arange(n),
+            "tenant": "t",
+            "t_intended_ns": intended,
+            "t_sent_ns": intended + lag,
+            "worker": worker,
+        }
+    )
+    actors = [{"worker": k, "hostname": f"h{k}", "status": "finished"} for k in (0, 1)]
+    per_actor, reasons = actor_health(frame, scn, actors, None)
+    assert [a["valid"] for a in per_actor] == [True, False]
+    assert len(reasons) == 1 and reasons[0].startswith("ray actor 1 (h1): generator fell behind")
+
+
+# --------------------------------------------------------------------------- a loopback cluster
+
+ray = pytest.importorskip("ray", reason="ray is not installed: pip install -e '.[dev,ray]'")
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Any:
+    from ray.cluster_utils import Cluster
+
+    local = {"node_ip_address": "127.0.0.1", "num_cpus": 1}
+    c = Cluster(
+        initialize_head=True,
+        head_node_args={**local, "resources": {NODES[0]: 1}, "include_dashboard": False},
+    )
+    c.add_node(**local, resources={NODES[1]: 1})
+    try:
+        yield c
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        c.shutdown()
+
+
+def _ray_args(cluster: Any) -> list[str]:
+    return ["--ray", cluster.address, "--ray-resource", NODES[0], "--ray-resource", NODES[1]]
+
+
+def test_two_actors_on_two_nodes_give_the_single_process_plan_and_accounting(
+    tmp_path: Path, cluster: Any
+) -> None:
+    path = scenario(tmp_path)
+    single, sharded = tmp_path / "single", tmp_path / "ray"
+    one = run_cli("run", str(path), "--out", str(single), "--quiet", "--workers", "1")
+    assert one.returncode == 0, one.stderr + one.stdout
+    two = run_cli(
+        "run", str(path), "--out", str(sharded), "--quiet", "--workers", "2", *_ray_args(cluster)
+    )
+    assert two.returncode == 0, two.stderr + two.stdout
+    a, b = (json.loads((d / "summary.json").read_text()) for d in (single, sharded))
+    assert a["plan_digest"] == b["plan_digest"]
+    assert a["accounting"] == b["accounting"] and b["accounting"]["holds"]
+    header = json.loads((sharded / "run.json").read_text())
+    actors = header["ray"]["actors"]
+    assert [x["worker"] for x in actors] == [0, 1]
+    assert len({x["node_id"] for x in actors}) == 2  # placed by resource: one per node
+    assert header["ray"]["placement"] == {"resources": list(NODES)}
+    for actor in actors:
+        clock = actor["clock"]
+        assert actor["status"] == "finished" and clock["before"]["kept"] >= 1
+        assert clock["after"] is not None and clock["uncertainty_ns"] > 0
+        # one machine, one CLOCK_MONOTONIC: the true offset is 0, and it lies within the bound
+        assert abs(clock["before"]["offset_ns"]) <= clock["before"]["uncertainty_ns"]
+        assert not clock["drift_corrected"]
+    per_actor = header["generator_health"]["actors"]
+    assert [x["worker"] for x in per_actor] == [0, 1]
+    assert all(x["send_lag_ms"]["p99"] is not None for x in per_actor)
+    assert all(x["event_loop_lag_ms"] is not None for x in per_actor)
+    records = pd.read_parquet(sharded / "records.parquet")
+    assert records["request_id"].is_unique and set(records["worker"]) == {0, 1}
+    from fairbench.plan.model import load_plan
+
+    offsets = load_plan(sharded / "plan.parquet").columns["offset_ns"]
+    assert (records.sort_values("request_id")["t_intended_ns"].to_numpy() == offsets).all()
+
+
+def test_a_killed_actor_loses_nothing_and_the_run_is_incomplete(
+    tmp_path: Path, cluster: Any
+) -> None:
+    from fairbench.pipeline import run_scenario
+    from fairbench.run import RunOptions
+
+    scn = parse_scenario(yaml.safe_load(scenario(tmp_path, duration="4s").read_text()))
+    out = tmp_path / "killed"
+    killed: list[int] = []
+
+    def progress(c: Any) -> None:
+        if not killed and c.done >= 20:  # mid-run: some of its shard done, more to come
+            ray.kill(ray.get_actor(f"fairbench-{out.name}-1"), no_restart=True)
+            killed.append(c.done)
+
+    options = RunOptions(
+        out=out, workers=2, ray=cluster.address, ray_resources=NODES, progress=False
+    )
+    outcome = run_scenario(scn, options, progress)
+    assert killed, "the run ended before the actor could be killed"
+    summary, header = outcome.summary, json.loads((out / "run.json").read_text())
+    assert summary["accounting"]["holds"]  # a record for every planned request, none twice
+    assert summary["incomplete"] and header["status"] == "incomplete" and not summary["valid"]
+    died = header["ray"]["actors"][1]
+    assert died["status"] == "died" and header["ray"]["actors"][0]["status"] == "finished"
+    assert sum(died["records_filled"].values()) > 0
+    assert any(r.startswith("incomplete run: ray actor 1") for r in summary["invalid_reasons"])
+    records = pd.read_parquet(out / "records.parquet")
+    mine = records[records["worker"] == 1]
+    assert (mine["status"] == "ok").any()  # what it streamed before dying is kept
+    lost = mine[mine["status"] != "ok"]
+    assert lost["error_detail"].str.contains("ray actor 1 died").all()
+    assert (records[records["worker"] == 0]["status"] == "ok").all()
