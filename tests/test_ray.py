@@ -22,11 +22,11 @@ import yaml
 # the test cluster lives on loopback only. Set before ray is imported (and for the CLI's child).
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
-from fairbench.analysis.actors import actor_health  # noqa: E402
-from fairbench.run.ray_clock import ClockOffset, drift, estimate_offset  # noqa: E402
-from fairbench.run.ray_shards import ActorRun, _clock_reasons  # noqa: E402
-from fairbench.workload.scenario import parse_scenario  # noqa: E402
-from tests.cli import run_cli  # noqa: E402
+from fairbench.analysis.actors import actor_health
+from fairbench.run.ray_clock import ClockOffset, drift, estimate_offset
+from fairbench.run.ray_shards import ActorRun, _clock_reasons
+from fairbench.workload.scenario import parse_scenario
+from tests.cli import run_cli
 
 NODES = ("fb_node_a", "fb_node_b")
 
@@ -101,7 +101,9 @@ def test_an_actor_that_fell_behind_is_named() -> None:
         {
             "name": "h",
             "workloads": {"w": {"endpoint": "chat", "prompt_tokens": 4, "output_tokens": 2}},
-            "tenants": [{"id": "t", "mix": "w", "arrival": {"process": "constant", "rate": "10/s"}}],
+            "tenants": [
+                {"id": "t", "mix": "w", "arrival": {"process": "constant", "rate": "10/s"}}
+            ],
             "run": {"duration": "2s"},
             "target": {"kind": "sim"},
         }
@@ -123,6 +125,29 @@ def test_an_actor_that_fell_behind_is_named() -> None:
     per_actor, reasons = actor_health(frame, scn, actors, None)
     assert [a["valid"] for a in per_actor] == [True, False]
     assert len(reasons) == 1 and reasons[0].startswith("ray actor 1 (h1): generator fell behind")
+
+
+def test_salvage_waits_for_the_orphaned_generator_and_returns_whole_lines(
+    tmp_path: Path,
+) -> None:
+    import subprocess
+    import sys
+
+    from fairbench.run.ray_shards import salvage
+
+    node_dir = tmp_path / "node"
+    node_dir.mkdir()
+    journal = node_dir / "journal-1.jsonl"
+    journal.write_bytes(b'{"request_id": 1}\n{"request_id": 3}\n{"request_')  # a torn last line
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
+    try:
+        assert salvage(str(journal), proc.pid, wait_s=30) == (
+            b'{"request_id": 1}\n{"request_id": 3}\n'
+        )
+        assert proc.poll() is not None  # it waited for the generator to end
+    finally:
+        proc.wait()
+    assert not node_dir.exists()  # and left no copy of the run on the node
 
 
 # --------------------------------------------------------------------------- a loopback cluster
@@ -201,7 +226,7 @@ def test_a_killed_actor_loses_nothing_and_the_run_is_incomplete(
     killed: list[int] = []
 
     def progress(c: Any) -> None:
-        if not killed and c.done >= 20:  # mid-run: some of its shard done, more to come
+        if not killed and c.done >= 60:  # mid-run: some of its shard journalled, more to come
             ray.kill(ray.get_actor(f"fairbench-{out.name}-1"), no_restart=True)
             killed.append(c.done)
 
@@ -219,7 +244,40 @@ def test_a_killed_actor_loses_nothing_and_the_run_is_incomplete(
     assert any(r.startswith("incomplete run: ray actor 1") for r in summary["invalid_reasons"])
     records = pd.read_parquet(out / "records.parquet")
     mine = records[records["worker"] == 1]
-    assert (mine["status"] == "ok").any()  # what it streamed before dying is kept
-    lost = mine[mine["status"] != "ok"]
-    assert lost["error_detail"].str.contains("ray actor 1 died").all()
+    # streamed, fetched from its node's journal afterwards, or filled in: every one of its shard
+    got = died["records_streamed"] + died["records_salvaged"] + sum(died["records_filled"].values())
+    assert got == len(mine) == len(range(1, header["planned"], 2))
+    assert (mine["status"] == "ok").any()  # what it journalled before dying is real
+    assert (mine["status"] == "cancelled").any()  # what it never sent, recorded as such
+    assert mine.loc[mine["status"] != "ok", "error_detail"].str.contains("ray actor 1").all()
     assert (records[records["worker"] == 0]["status"] == "ok").all()
+
+
+def test_ctrl_c_on_the_driver_stops_every_actor_and_keeps_every_record(
+    tmp_path: Path, cluster: Any
+) -> None:
+    from fairbench.pipeline import run_scenario
+    from fairbench.run import RunOptions
+
+    scn = parse_scenario(yaml.safe_load(scenario(tmp_path, duration="6s").read_text()))
+    out = tmp_path / "stopped"
+    pressed: list[int] = []
+
+    def progress(c: Any) -> None:  # Ctrl-C reaches the driver as KeyboardInterrupt
+        if not pressed and c.done >= 20:
+            pressed.append(c.done)
+            raise KeyboardInterrupt
+
+    options = RunOptions(
+        out=out, workers=2, ray=cluster.address, ray_resources=NODES, progress=False
+    )
+    outcome = run_scenario(scn, options, progress)
+    assert pressed and outcome.stopped and outcome.exit_code == 130
+    summary, header = outcome.summary, json.loads((out / "run.json").read_text())
+    assert summary["accounting"]["holds"] and header["status"] == "complete"
+    assert [a["status"] for a in header["ray"]["actors"]] == ["finished", "finished"]
+    records = pd.read_parquet(out / "records.parquet")
+    for k in (0, 1):  # both actors stopped early: each has unsent requests recorded
+        mine = records[records["worker"] == k]
+        assert (mine["status"] == "ok").any() and (mine["status"] == "cancelled").any()
+    assert "the run was stopped before its schedule ended" in summary["invalid_reasons"]

@@ -59,6 +59,7 @@ POLL_S = 0.2
 CALL_TIMEOUT_S = 30.0  # one poll; past it the actor counts as dead
 RAY_LEAD_S = 0.5  # on top of the executor's lead: the start calls must reach every actor first
 BATCH_BYTES = 8 << 20
+CHILD_KILL_AFTER_S = 10.0  # past the grace, an orphaned generator is killed
 
 
 class RaySetupError(RuntimeError):
@@ -112,8 +113,8 @@ class GeneratorActor:
     def clock(self) -> int:
         return _now()
 
-    def prepare(self, plan_bytes: bytes, sha256: str, args: dict[str, Any]) -> None:
-        """Write the plan (checked against the driver's hash) and start the child."""
+    def prepare(self, plan_bytes: bytes, sha256: str, args: dict[str, Any]) -> int:
+        """Write the plan (checked against the driver's hash) and start the child (its pid)."""
         if hashlib.sha256(plan_bytes).hexdigest() != sha256:
             raise RuntimeError(f"actor {self.k}: the plan arrived corrupted (sha256 differs)")
         plan_path = self.dir / "plan.parquet"
@@ -136,6 +137,7 @@ class GeneratorActor:
             stderr=err,
         )
         err.close()
+        return self.proc.pid
 
     def ready(self) -> bool:
         """Loaded and warm; raises if the child died first (with the end of its stderr)."""
@@ -185,13 +187,43 @@ class GeneratorActor:
         return lines[-1][:300] if lines else "(no output)"
 
 
-def _watch_parent(parent: int) -> None:
-    """Stop this generator (gracefully, then for good) once its actor is gone."""
+def _watch_parent(parent: int, grace_s: float) -> None:
+    """Stop this generator once its actor is gone: gracefully (in-flight requests get the grace,
+    the rest are recorded cancelled, the journal is closed), then for good."""
     while os.getppid() == parent:
         time.sleep(0.5)
     os.kill(os.getpid(), signal.SIGTERM)
-    time.sleep(15)
+    time.sleep(grace_s + CHILD_KILL_AFTER_S)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def salvage(journal: str, pid: int, wait_s: float) -> bytes:
+    """On a dead actor's node: wait for its generator to end, then hand back its journal.
+
+    Ray kills an actor's children with it (where it does not, the child stops itself
+    gracefully), so the journal holds what was on disk at the end: everything but the last
+    second's records, including those the driver had not pulled yet.
+    """
+    deadline = time.monotonic() + wait_s
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    path = Path(journal)
+    data = path.read_bytes() if path.exists() else b""
+    if not _alive(pid):  # still running: leave its files alone
+        shutil.rmtree(path.parent, ignore_errors=True)  # the node keeps no copy of the run
+    return data[: data.rfind(b"\n") + 1]
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting for its reaper has finished writing)."""
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):  # gone, or the pid is another user's now
+        return False
+    with contextlib.suppress(OSError):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    return True
 
 
 def child_main(args_path: str, state_path: str) -> None:
@@ -201,7 +233,8 @@ def child_main(args_path: str, state_path: str) -> None:
     args = json.loads(Path(args_path).read_text(encoding="utf-8"))
     n = int(args["workers"])
     state = np.memmap(state_path, dtype=np.int64, mode="r+", shape=(5 * n + 1,))
-    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
+    grace_s = float(args["exec"].get("grace_s", 30.0))
+    threading.Thread(target=_watch_parent, args=(os.getppid(), grace_s), daemon=True).start()
     worker_main(args, state)
 
 
@@ -222,6 +255,8 @@ class ActorRun:
     dead: str | None = None  # why, when it died
     last_heard_ns: int = 0
     received: int = 0
+    salvaged: int = 0
+    child_pid: int | None = None
     filled: dict[str, int] = field(default_factory=dict)
     exit_code: int | None = None
     lags: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
@@ -314,10 +349,12 @@ def run_ray(
             "tenant_keys": tenant_keys,
             "setup": setup,
         }
-        ray.get(
+        pids = ray.get(
             [a.handle.prepare.remote(plan_ref, sha, dict(common, worker=a.k)) for a in actors],
             timeout=READY_TIMEOUT_S,
         )
+        for actor, pid in zip(actors, pids, strict=True):
+            actor.child_pid = int(pid)
         url = metrics_url(scn, base_url)
         scraper = (
             ScraperProcess(url, run_dir / "server_metrics.parquet", scn.target.scrape_interval)
@@ -359,6 +396,7 @@ def run_ray(
                         actor.dead = f"its generator exited with code {actor.exit_code}: {tail}"
                 except Exception as error:
                     actor.dead = _why(error)
+        _salvage(ray, actors, run_dir, len(plan), exec_options.grace_s)
         _convert(actors, run_dir, plan)
         _fill(actors, run_dir, plan, n)
         reasons = _clock_reasons(actors, scn)
@@ -367,6 +405,7 @@ def run_ray(
         if dead:
             incomplete = "incomplete run: " + "; ".join(
                 f"ray actor {a.k} ({a.node.get('hostname', '?')}) died ({a.dead}): "
+                f"{a.salvaged} records recovered from its node's journal, "
                 f"{a.filled.get('error', 0)} in-flight requests recorded as error (outcome "
                 f"unknown), {a.filled.get('cancelled', 0)} unsent recorded as cancelled"
                 for a in dead
@@ -431,18 +470,18 @@ def _stream(
                     actor.last_heard_ns = _now()
                     if data:
                         _append(journals[actor.k], data, seen, actor)
+                values = [a.counters for a in actors]
+                counters.sent = sum(v[0] for v in values)
+                counters.done = sum(v[1] for v in values)
+                counters.errors = sum(v[2] for v in values)
+                counters.last_lag_ns = max(v[3] for v in values)
+                if progress is not None:
+                    progress(counters)
             except KeyboardInterrupt:
                 stopped = True  # every actor's generator stops gracefully (SIGTERM)
                 for actor in actors:
                     if actor.dead is None:
                         actor.handle.stop.remote()
-            values = [a.counters for a in actors]
-            counters.sent = sum(v[0] for v in values)
-            counters.done = sum(v[1] for v in values)
-            counters.errors = sum(v[2] for v in values)
-            counters.last_lag_ns = max(v[3] for v in values)
-            if progress is not None:
-                progress(counters)
     finally:
         for handle in journals.values():
             handle.flush()
@@ -466,6 +505,45 @@ def _append(journal: Any, data: bytes, seen: bytearray, actor: ActorRun) -> None
     if out:
         journal.write(b"\n".join(out) + b"\n")
         journal.flush()
+
+
+def _salvage(ray: Any, actors: list[ActorRun], run_dir: Path, planned: int, grace_s: float) -> None:
+    """A dead actor's node still holds its generator's journal: fetch what the stream missed.
+
+    A task pinned to that node waits for the orphaned generator to finish its graceful stop and
+    returns the journal; records the driver already has are skipped (merge by request id). If
+    the node itself is gone, this fails and the shard is filled instead (`_fill`).
+    """
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    dead = [a for a in actors if a.dead and a.node.get("node_id") and a.child_pid]
+    if not dead:
+        return
+    wait_s = grace_s + CHILD_KILL_AFTER_S + 5.0
+    task = ray.remote(salvage)
+    refs = [
+        task.options(
+            num_cpus=0,
+            max_retries=0,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(a.node["node_id"], soft=False),
+        ).remote(a.node["journal"], a.child_pid, wait_s)
+        for a in dead
+    ]
+    seen = bytearray(planned)
+    for actor, ref in zip(dead, refs, strict=True):
+        try:
+            data = ray.get(ref, timeout=wait_s + CALL_TIMEOUT_S)
+        except Exception as error:
+            actor.node["salvage"] = f"failed: {_why(error)}"
+            continue
+        path = run_dir / f"journal-{actor.k}.jsonl"
+        for row in _read(path):
+            seen[int(row["request_id"])] = 1
+        before = actor.received
+        with path.open("ab") as handle:
+            _append(handle, data, seen, actor)
+            os.fsync(handle.fileno())
+        actor.salvaged, actor.received = actor.received - before, before
 
 
 def _read(path: Path) -> list[dict[str, Any]]:
@@ -569,6 +647,7 @@ def _actor_json(a: ActorRun) -> dict[str, Any]:
         "status": "died" if a.dead else "finished",
         "died": a.dead,
         "records_streamed": a.received,
+        "records_salvaged": a.salvaged,
         "records_filled": a.filled,
         "clock": clock,
     }
