@@ -13,6 +13,7 @@ cannot beat one here; what this shows is the overhead and that the figures are c
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -88,8 +89,6 @@ def main() -> None:
                 wall = time.perf_counter() - t
                 health = outcome.summary["generator_health"]
                 ratios = [v["rate_ratio"] or 0 for v in health["tenants"].values()]
-                import json
-
                 header = json.loads((out / "run.json").read_text())
                 info = header.get("ray", {})
                 bound = max(

@@ -150,6 +150,25 @@ def test_salvage_waits_for_the_orphaned_generator_and_returns_whole_lines(
     assert not node_dir.exists()  # and left no copy of the run on the node
 
 
+def test_without_ray_the_flag_says_how_to_install_it(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.cli import REPO
+
+    code = "import sys; sys.modules['ray'] = None; from fairbench.cli import main; main()"
+    out = tmp_path / "no-ray"
+    args = ["run", str(scenario(tmp_path)), "--ray", "auto", "--out", str(out), "--quiet"]
+    result = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "--ray needs the ray package: pip install 'fairbench-llm[ray]' (or pip install 'ray>=2.40')"
+    ]
+    assert not out.exists()  # refused before anything was planned or written
+
+
 # --------------------------------------------------------------------------- a loopback cluster
 
 ray = pytest.importorskip("ray", reason="ray is not installed: pip install -e '.[dev,ray]'")
@@ -281,3 +300,19 @@ def test_ctrl_c_on_the_driver_stops_every_actor_and_keeps_every_record(
         mine = records[records["worker"] == k]
         assert (mine["status"] == "ok").any() and (mine["status"] == "cancelled").any()
     assert "the run was stopped before its schedule ended" in summary["invalid_reasons"]
+
+
+def test_a_resource_the_cluster_lacks_is_one_line_naming_the_flag(
+    tmp_path: Path, cluster: Any
+) -> None:
+    path = scenario(tmp_path)
+    out = tmp_path / "nowhere"
+    args = ["--ray", cluster.address, "--ray-resource", "fb_no_such_node"]
+    result = run_cli("run", str(path), "--out", str(out), "--quiet", "--workers", "2", *args)
+    assert result.returncode == 2, result.stderr + result.stdout
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if "--ray-resource" in line]
+    assert (
+        len(lines) == 1
+        and "fb_no_such_node: 2 actors need 2 unit(s), the cluster offers 0; start" in lines[0]
+    )

@@ -112,7 +112,7 @@ def register(app: typer.Typer) -> None:
         scn = load_scenario(file)
         options = RunOptions(out=out_dir, seed=seed, workers=workers, base_url=target_url)
         if ray_resource and ray is None:
-            console.print("--ray-resource needs --ray ADDRESS", markup=False)
+            console.print("--ray-resource needs --ray ADDRESS", markup=False, soft_wrap=True)
             raise typer.Exit(2)
         if ray is not None:
             from fairbench.run.ray_shards import import_ray
@@ -121,7 +121,7 @@ def register(app: typer.Typer) -> None:
             try:
                 import_ray()
             except RuntimeError as error:  # one line: how to install it
-                console.print(str(error), markup=False)
+                console.print(str(error), markup=False, highlight=False, soft_wrap=True)
                 raise typer.Exit(2) from None
         with Progress(
             TextColumn("[bold]{task.description}"),
@@ -151,7 +151,9 @@ def register(app: typer.Typer) -> None:
             except RuntimeError as error:
                 if options.ray is None or not str(error).startswith("--ray"):
                     raise
-                console.print(str(error), markup=False)  # placement: one line, the flags
+                console.print(
+                    str(error), markup=False, highlight=False, soft_wrap=True
+                )  # placement: one line, the flags
                 raise typer.Exit(2) from None
             bar.update(task, detail="writing the report")
             write_run_report(outcome.run_dir)

@@ -311,10 +311,17 @@ def run_ray(
     started = time.perf_counter()
     connected_here = not ray.is_initialized()
     if connected_here:
-        if address == "local":  # a Ray instance on this machine, for this run only
-            ray.init(log_to_driver=False, include_dashboard=False)
-        else:
-            ray.init(address=address, log_to_driver=False)
+        try:
+            if address == "local":  # a Ray instance on this machine, for this run only
+                ray.init(log_to_driver=False, include_dashboard=False)
+            else:
+                ray.init(address=address, log_to_driver=False)
+        except (ConnectionError, ValueError, RuntimeError) as error:
+            raise RaySetupError(
+                f"--ray {address}: cannot connect ({_why(error)}); start a cluster with "
+                "`ray start --head`, pass its HOST:PORT, or use --ray local"
+            ) from None
+    _check_resources(ray, resources, n)
     actors: list[ActorRun] = []
     scraper = None
     t0 = 0
@@ -434,6 +441,21 @@ def run_ray(
                 ray.kill(actor.handle, no_restart=True)
         if connected_here:
             ray.shutdown()
+
+
+def _check_resources(ray: Any, resources: tuple[str, ...], n: int) -> None:
+    """Fail at once, naming the flag, when the cluster lacks a resource the actors need."""
+    if not resources:
+        return
+    have = ray.cluster_resources()
+    for j, name in enumerate(resources):
+        need = len(range(j, n, len(resources)))
+        if need and have.get(name, 0) < need:
+            raise RaySetupError(
+                f"--ray-resource {name}: {n} actors need {need} unit(s), the cluster offers "
+                f"{have.get(name, 0):g}; start nodes with --resources '{{\"{name}\": 1}}' or "
+                "lower --workers"
+            )
 
 
 def _why(error: BaseException) -> str:
