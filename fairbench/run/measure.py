@@ -1,10 +1,11 @@
 """Execute a scenario into a run directory: the measurement, with no analysis in it.
 
 A scenario is materialized once, its plan and redacted scenario written first, then executed in
-one of three ways — simulated in virtual time (`target: sim`), one live generator process, or
-several live shards — and every way ends in the same `Measurement`: the journal's records and
-what the run learned about its target and its generator. Summarising is the next stage's job
-(fairbench.pipeline).
+one of four ways — simulated in virtual time (`target: sim`), one live generator process,
+several live shards on this machine, or shards on Ray actors across machines (`--ray`,
+fairbench.run.ray_shards) — and every way ends in the same `Measurement`: the journal's records
+and what the run learned about its target and its generator. Summarising is the next stage's
+job (fairbench.pipeline).
 """
 
 from __future__ import annotations

@@ -321,12 +321,12 @@ def run_ray(
                 f"--ray {address}: cannot connect ({_why(error)}); start a cluster with "
                 "`ray start --head`, pass its HOST:PORT, or use --ray local"
             ) from None
-    _check_resources(ray, resources, n)
     actors: list[ActorRun] = []
     scraper = None
     t0 = 0
     stopped = False
     try:
+        _check_resources(ray, resources, n)
         remote = ray.remote(GeneratorActor)
         for k in range(n):
             opts = _actor_options(k, f"fairbench-{run_dir.name}-{k}", resources, cpus)
@@ -541,6 +541,9 @@ def _salvage(ray: Any, actors: list[ActorRun], run_dir: Path, planned: int, grac
     dead = [a for a in actors if a.dead and a.node.get("node_id") and a.child_pid]
     if not dead:
         return
+    for actor in dead:  # one that only stopped answering must stop its generator too
+        with contextlib.suppress(Exception):
+            ray.kill(actor.handle, no_restart=True)
     wait_s = grace_s + CHILD_KILL_AFTER_S + 5.0
     task = ray.remote(salvage)
     refs = [
@@ -661,8 +664,8 @@ def _actor_json(a: ActorRun) -> dict[str, Any]:
             uncertainty_ns=d.uncertainty_ns,
         )
     node = dict(a.node)
-    if a.dead is None:
-        node.pop("journal", None)  # removed from the node after a clean finish
+    if a.dead is None or "salvage" not in node:
+        node.pop("journal", None)  # removed from the node (kept, and named, if salvage failed)
     return {
         "worker": a.k,
         **node,
