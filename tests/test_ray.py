@@ -316,3 +316,42 @@ def test_a_resource_the_cluster_lacks_is_one_line_naming_the_flag(
         len(lines) == 1
         and "fb_no_such_node: 2 actors need 2 unit(s), the cluster offers 0; start" in lines[0]
     )
+
+
+def test_a_lost_node_leaves_its_shard_recorded_by_the_driver(tmp_path: Path, cluster: Any) -> None:
+    """The node itself goes (its raylet, actor and generator with it): nothing can be fetched
+    from it, so the driver records the rest of the shard: sent ones as errors, the rest cancelled.
+    """
+    from fairbench.pipeline import run_scenario
+    from fairbench.run import RunOptions
+
+    node = cluster.add_node(node_ip_address="127.0.0.1", num_cpus=1, resources={"fb_node_c": 1})
+    scn = parse_scenario(yaml.safe_load(scenario(tmp_path, duration="4s").read_text()))
+    out = tmp_path / "lost"
+    removed: list[int] = []
+
+    def progress(c: Any) -> None:
+        if not removed and c.done >= 60:
+            removed.append(c.done)
+            cluster.remove_node(node, allow_graceful=False)
+
+    options = RunOptions(
+        out=out, workers=2, ray=cluster.address, ray_resources=(NODES[0], "fb_node_c")
+    )
+    outcome = run_scenario(scn, options, progress)
+    assert removed
+    summary, header = outcome.summary, json.loads((out / "run.json").read_text())
+    assert summary["accounting"]["holds"] and summary["incomplete"]
+    lost = header["ray"]["actors"][1]
+    assert lost["status"] == "died" and lost["salvage"].startswith("failed")
+    # run.json names where the lost node kept its journal (here: this machine's temp dir)
+    import shutil
+
+    shutil.rmtree(Path(lost["journal"]).parent, ignore_errors=True)
+    assert lost["records_salvaged"] == 0 and lost["records_filled"].get("cancelled", 0) > 0
+    records = pd.read_parquet(out / "records.parquet")
+    mine = records[records["worker"] == 1]
+    filled = mine[mine["error_detail"].fillna("").str.contains("ray actor 1 died")]
+    assert len(filled) == sum(lost["records_filled"].values())
+    assert set(filled["status"]) <= {"error", "cancelled"}
+    assert (filled.loc[filled["status"] == "error", "error_kind"] == "client").all()
