@@ -105,7 +105,9 @@ def register(app: typer.Typer) -> None:
         ] = None,
         ray_resource: Annotated[
             list[str] | None,
-            typer.Option(help="with --ray: actor k needs one unit of the k-th (cycled)"),
+            typer.Option(
+                metavar="NAME", help="with --ray: actor k needs one unit of the k-th (cycled)"
+            ),
         ] = None,
     ) -> None:
         """Run a scenario open-loop against its target and write a run directory."""

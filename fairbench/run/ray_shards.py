@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import shutil
 import signal
@@ -311,11 +312,12 @@ def run_ray(
     started = time.perf_counter()
     connected_here = not ray.is_initialized()
     if connected_here:
+        quiet = {"log_to_driver": False, "logging_level": logging.WARNING}  # the run's own output
         try:
             if address == "local":  # a Ray instance on this machine, for this run only
-                ray.init(log_to_driver=False, include_dashboard=False)
+                ray.init(**quiet, include_dashboard=False)
             else:
-                ray.init(address=address, log_to_driver=False)
+                ray.init(address=address, **quiet)
         except (ConnectionError, ValueError, RuntimeError) as error:
             raise RaySetupError(
                 f"--ray {address}: cannot connect ({_why(error)}); start a cluster with "
