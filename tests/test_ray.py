@@ -23,7 +23,7 @@ import yaml
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
 from fairbench.analysis.actors import actor_health
-from fairbench.run.ray_clock import ClockOffset, drift, estimate_offset
+from fairbench.run.ray_clock import ClockOffset, drift, estimate_offset, to_driver_timeline
 from fairbench.run.ray_shards import ActorRun, _clock_reasons
 from fairbench.workload.scenario import parse_scenario
 from tests.cli import run_cli
@@ -81,6 +81,19 @@ def test_drift_within_the_estimates_noise_is_no_drift_and_a_real_one_widens_the_
     assert moved.significant and moved.drift_ns == 3_000_000
     assert moved.uncertainty_ns == 200_000 + 3_000_000
     assert drift(before, None).uncertainty_ns == 200_000  # an actor that died: the start bound
+
+
+def test_a_significant_drift_is_corrected_linearly_and_noise_is_left_alone() -> None:
+    before = ClockOffset(0, 100_000, 150_000, 40, 5)
+    span = 100_000_000_000  # 100 s
+    row = {"t_intended_ns": span // 2, "t_sent_ns": span // 2 + 1_000, "t_done_ns": None}
+    ran_ahead = drift(before, ClockOffset(2_000_000, 100_000, 150_000, 40, 5))  # +2 ms in 100 s
+    fixed = to_driver_timeline(dict(row), ran_ahead, span)
+    assert fixed["t_intended_ns"] == span // 2 - 1_000_000  # half-way: half the drift
+    assert fixed["t_sent_ns"] - fixed["t_intended_ns"] == 1_000  # a 1 us lag stays 1 us
+    assert fixed["t_done_ns"] is None
+    noise = drift(before, ClockOffset(150_000, 100_000, 150_000, 40, 5))
+    assert to_driver_timeline(dict(row), noise, span) == row
 
 
 def test_a_clock_bound_past_the_send_lag_budget_makes_the_run_invalid_naming_the_actor(
