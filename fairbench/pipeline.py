@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from fairbench.analysis import censored
+from fairbench.analysis.actors import actor_health
 from fairbench.analysis.health import MachineLoad, generator_health
 from fairbench.analysis.summary import build_summary, measurement_window
 from fairbench.plan.model import Plan
@@ -90,12 +91,19 @@ def finish(m: Measurement, machine: MachineLoad | None = None) -> RunOutcome:
         virtual=scn.target.kind == "sim",
         machine=machine,
     )
+    if m.actors is not None:  # a Ray run: health per actor, a late one named
+        health["actors"], late = actor_health(
+            frame, scn, m.actors, m.worker_loop_lags, stopped=m.stopped
+        )
+        health["invalid_reasons"] += late
+    health["invalid_reasons"] += m.invalid_reasons
     if not m.complete:
         health["invalid_reasons"].append(
-            f"incomplete run: the process died; {accounting.missing} planned requests have no "
+            m.incomplete_reason
+            or f"incomplete run: the process died; {accounting.missing} planned requests have no "
             "record (at most the last second before the crash)"
         )
-        health["valid"] = False
+    health["valid"] = not health["invalid_reasons"]
     acc = {
         "planned": accounting.planned,
         "counts": accounting.counts,

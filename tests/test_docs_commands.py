@@ -34,6 +34,7 @@ and so does every path a doc links or names in backticks.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -58,6 +59,13 @@ VLLM_AB = (
     "CPU vLLM when FAIRBENCH_VLLM_PYTHON is set"
 )
 CI_STEP = "a CI step against your own candidate server ($CANDIDATE_URL)"
+KUBERAY = (
+    "needs a Kubernetes cluster with KubeRay (docs/ray.md); tests/test_ray.py runs --ray locally"
+)
+RAY_LOCAL = (
+    "fairbench run scenarios/quickstart.yaml --ray local --workers 2 "
+    "--out reports/quickstart-ray --quiet"
+)
 
 # Shown commands that are not run, with why. Keys are the command text as shown.
 SKIPPED: dict[str, str] = {
@@ -89,6 +97,28 @@ SKIPPED: dict[str, str] = {
     'fairbench run scenarios/quickstart.yaml --target-url "$CANDIDATE_URL" --out run': CI_STEP,
     "fairbench gate --baseline ci/baseline-summary.json --candidate run --rules ci/gate.yaml "
     '--junit gate.xml --markdown "$GITHUB_STEP_SUMMARY"': CI_STEP,
+    "helm repo add kuberay https://ray-project.github.io/kuberay-helm/": KUBERAY,
+    "helm install kuberay-operator kuberay/kuberay-operator --version 1.2.2": KUBERAY,
+    "kubectl apply -f fairbench-raycluster.yaml": KUBERAY,
+    "kubectl wait --for=condition=RayClusterProvisioned raycluster/fairbench "
+    "--timeout=10m": KUBERAY,
+    "HEAD=$(kubectl get pod -l ray.io/cluster=fairbench,ray.io/node-type=head -o name)": KUBERAY,
+    'kubectl cp my-scenario.yaml "${HEAD#pod/}":/tmp/my-scenario.yaml': KUBERAY,
+    'kubectl exec "$HEAD" -- fairbench run /tmp/my-scenario.yaml --ray auto --workers 4 '
+    "--ray-resource fairbench-gen --target-url https://llm.example.com --out /tmp/run-prod "
+    "--quiet": KUBERAY,
+    'kubectl cp "${HEAD#pod/}":/tmp/run-prod ./reports/run-prod': KUBERAY,
+    **(
+        {}
+        if importlib.util.find_spec("ray")
+        else {
+            RAY_LOCAL: "ray is not installed (pip install -e '.[ray]'); .ci/run installs it",
+            "python -c \"import json; h = json.load(open('reports/quickstart-ray/run.json')); "
+            "print([(a['hostname'], a['clock']['before']) for a in h['ray']['actors']])\"": (
+                "reads the run the skipped --ray run would write"
+            ),
+        }
+    ),
 }
 
 # Scenarios the scratch copy changes, key by key, because a shown command runs them in real

@@ -122,6 +122,20 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--json", help="print summary.json instead of the table")
         ] = False,
         quiet: Annotated[bool, typer.Option("--quiet", help="no progress display")] = False,
+        ray: Annotated[
+            str | None,
+            typer.Option(
+                metavar="ADDRESS",
+                help="run the generators as Ray actors: auto (RAY_ADDRESS / `ray start`), "
+                "local, or HOST:PORT; --workers actors (docs/ray.md)",
+            ),
+        ] = None,
+        ray_resource: Annotated[
+            list[str] | None,
+            typer.Option(
+                metavar="NAME", help="with --ray: actor k needs one unit of the k-th (cycled)"
+            ),
+        ] = None,
     ) -> None:
         """Run a scenario open-loop against its target and write a run directory."""
         _, scn = scenario_with(file, overrides, "--set")
@@ -130,6 +144,18 @@ def register(app: typer.Typer) -> None:
         from fairbench.run import RunOptions
 
         options = RunOptions(out=out_dir, seed=seed, workers=workers, base_url=target_url)
+        if ray_resource and ray is None:
+            console.print("--ray-resource needs --ray ADDRESS", markup=False, soft_wrap=True)
+            raise typer.Exit(2)
+        if ray is not None:
+            from fairbench.run.ray_shards import import_ray
+
+            options.ray, options.ray_resources = ray, tuple(ray_resource or ())
+            try:
+                import_ray()
+            except RuntimeError as error:  # one line: how to install it
+                console.print(str(error), markup=False, highlight=False, soft_wrap=True)
+                raise typer.Exit(2) from None
         with Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
@@ -153,7 +179,15 @@ def register(app: typer.Typer) -> None:
                     ),
                 )
 
-            outcome = run_scenario(scn, options, progress)  # FileExistsError: cli.main
+            try:
+                outcome = run_scenario(scn, options, progress)  # FileExistsError: cli.main
+            except RuntimeError as error:
+                if options.ray is None or not str(error).startswith("--ray"):
+                    raise
+                console.print(
+                    str(error), markup=False, highlight=False, soft_wrap=True
+                )  # placement: one line, the flags
+                raise typer.Exit(2) from None
             bar.update(task, detail="writing the report")
             write_run_report(outcome.run_dir)
             bar.update(task, detail="done")

@@ -1,17 +1,18 @@
 """Execute a scenario into a run directory: the measurement, with no analysis in it.
 
 A scenario is materialized once, its plan and redacted scenario written first, then executed in
-one of three ways — simulated in virtual time (`target: sim`), one live generator process, or
-several live shards — and every way ends in the same `Measurement`: the journal's records and
-what the run learned about its target and its generator. Summarising is the next stage's job
-(fairbench.pipeline).
+one of four ways — simulated in virtual time (`target: sim`), one live generator process,
+several live shards on this machine, or shards on Ray actors across machines (`--ray`,
+fairbench.run.ray_shards) — and every way ends in the same `Measurement`: the journal's records
+and what the run learned about its target and its generator. Summarising is the next stage's
+job (fairbench.pipeline).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,12 @@ class Measurement:
     loop_lags: np.ndarray | None
     workers: int
     complete: bool = True
+    # what the measurement itself found wrong (a Ray actor's clock bound past the budget) and,
+    # for an incomplete run, why; per-actor details for the per-actor health (Ray runs)
+    invalid_reasons: list[str] = field(default_factory=list)
+    incomplete_reason: str | None = None
+    actors: list[dict[str, Any]] | None = None
+    worker_loop_lags: dict[int, np.ndarray] | None = None
 
 
 def measure(
@@ -102,6 +109,10 @@ def measure(
     setup: dict[str, Any] = {}
     if scn.target.kind in ENGINE_KINDS:
         setup = uvloop_run(engine_setup(scn, plan, options.base_url))
+    if options.ray is not None:
+        return _measure_ray(
+            scn, options, plan, plan_path, run_dir, header, exec_options, workers, setup, progress
+        )
     if workers <= 1:
         result, info = uvloop_run(
             live(
@@ -152,3 +163,71 @@ def measure(
     info = {**info, **scrape_report(run_dir)}  # a failing scraper is reported, not swallowed
     rows = read_journals(run_dir)
     return Measurement(run_dir, scn, plan, rows, header, info, stopped, loop_lags, workers)
+
+
+def _measure_ray(
+    scn: Scenario,
+    options: RunOptions,
+    plan: Plan,
+    plan_path: Path,
+    run_dir: Path,
+    header: dict[str, Any],
+    exec_options: ExecOptions,
+    workers: int,
+    setup: dict[str, Any],
+    progress: Progress | None,
+) -> Measurement:
+    """The shards on Ray actors (fairbench.run.ray_shards); one server, one scraper, here."""
+    from fairbench.run.ray_shards import run_ray
+
+    info, base_url = {"kind": scn.target.kind}, options.base_url
+    if setup:
+        info = dict(make_target(scn, base_url, None, setup).info())
+    server = None
+    if scn.target.kind == "reference" and base_url is None:
+        from fairbench.targets.reference import ReferenceServer
+
+        server = ReferenceServer(scn)
+        base_url = server.start()
+        info = server.info()
+    try:
+        result = run_ray(
+            options.ray or "auto",
+            server.keys if server is not None else None,
+            plan_path,
+            plan,
+            scn,
+            run_dir,
+            workers,
+            exec_options,
+            base_url,
+            progress,
+            setup,
+            options.ray_resources,
+        )
+    finally:
+        if server is not None:
+            server.stop(run_dir / "server_metrics.prom")
+    header["clock"] = {
+        "source": CLOCK_SOURCE,
+        "t0_ns": result.t0,
+        "timeline": "the driver's: each actor's t0 is the driver's t0 in its own clock",
+    }
+    header["ray"] = {**result.info, "actors": result.actors}
+    lags = [v for v in result.loop_lags.values() if len(v)]
+    return Measurement(
+        run_dir,
+        scn,
+        plan,
+        read_journals(run_dir),
+        header,
+        info,
+        result.stopped,
+        np.concatenate(lags) if lags else np.empty(0, dtype=np.int64),
+        workers,
+        complete=result.incomplete_reason is None,
+        invalid_reasons=result.invalid_reasons,
+        incomplete_reason=result.incomplete_reason,
+        actors=result.actors,
+        worker_loop_lags=result.loop_lags,
+    )

@@ -41,6 +41,10 @@ class RunOptions:
     reports_dir: Path = Path("reports")
     progress: bool = True
     base_url: str | None = None  # override the target's URL
+    # Ray: a cluster address ("auto": the one `ray start` or RAY_ADDRESS names; "local": start
+    # one here for this run), None to stay on this machine (fairbench.run.ray_shards)
+    ray: str | None = None
+    ray_resources: tuple[str, ...] = ()  # actor k needs one unit of resource k mod len
 
 
 # Parts of a field name that mark its value as a credential (`api_key`, `accessToken`,
