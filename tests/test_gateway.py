@@ -616,3 +616,54 @@ async def test_whole_responses_pass_through() -> None:
     assert status == 200 and headers["Content-Type"].startswith("application/json")
     assert json.loads(raw)["usage"]["completion_tokens"] == 3
     assert "stream_options" not in engine.requests[0]["body"]
+
+
+def test_shipped_gateway_configs_match_the_ab_scenario() -> None:
+    """scenarios/gateway/*.yaml parse, differ only in the policy, and give the A/B scenario's
+    tenants the keys it sends (docs/gateway.md runs them together)."""
+    import yaml
+
+    from fairbench.workload.scenario import load_scenario
+    from reference_scheduler.gateway.config import load_gateway_config
+
+    fifo = load_gateway_config(REPO / "scenarios/gateway/pool-fifo.yaml")
+    vtc = load_gateway_config(REPO / "scenarios/gateway/pool-vtc.yaml")
+    assert fifo.server.scheduler.spec.policy == "fifo" and vtc.server.scheduler.spec.policy == "vtc"
+    a, b = (
+        yaml.safe_load((REPO / f"scenarios/gateway/pool-{p}.yaml").read_text())
+        for p in ("fifo", "vtc")
+    )
+    del a["scheduler"]["policy"], b["scheduler"]["policy"]
+    assert a == b
+    scn = load_scenario(REPO / "scenarios/gateway-ab.yaml")
+    keys = {t.api_key: t.id for t in fifo.server.spec.tenants}
+    assert {t.api_key: t.id for t in scn.tenants} == keys
+    assert scn.target.base_url == f"http://127.0.0.1:{fifo.server.spec.port}"
+
+
+def test_the_gateway_command_serves(tmp_path: Path) -> None:
+    """`python -m reference_scheduler gateway CONFIG --port 0` prints its URL first and serves
+    /health and /metrics (no upstream needs to answer for that)."""
+    import urllib.request
+
+    path = tmp_path / "g.yaml"
+    path.write_text(
+        json.dumps({"model": "m", "upstreams": [{"url": "http://127.0.0.1:9", "engine": "none"}]})
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "reference_scheduler", "gateway", str(path), "--port", "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip().removeprefix("listening on ")
+        assert url.startswith("http://127.0.0.1:")
+        with urllib.request.urlopen(url + "/health", timeout=30) as resp:
+            assert resp.status == 200
+        with urllib.request.urlopen(url + "/metrics", timeout=30) as resp:
+            assert b'gateway_upstream_healthy{upstream="u0"} 1.0' in resp.read()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
