@@ -667,3 +667,18 @@ def test_the_gateway_command_serves(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+async def test_an_upstream_whose_metrics_fail_counts_as_saturated(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="reference_scheduler.gateway")
+    broken, spare = Engine(), Engine()
+    broken.metrics_status = 500
+    async with rig([broken, spare], up=[{"engine": "vllm"}]) as (gw, url, session):
+        await until(lambda: "scrape failed (HTTP 500)" in caplog.text, "the failure is logged")
+        for _ in range(2):
+            assert (await post(session, url, chat()))[0] == 200
+    assert broken.requests == [] and len(spare.requests) == 2
+    assert gw.pool.upstreams[0].saturation(gw.now(), gw.pool.stale_ns) == "stale"
+    assert caplog.text.count("scrape failed") == 1  # once per failing spell, not per scrape

@@ -76,8 +76,7 @@ class Gateway:
         self.waiters: dict[int, asyncio.Future[None]] = {}
         self.session: aiohttp.ClientSession | None = None
         self.watcher: asyncio.Task[None] | None = None
-        self.dispatch_order: list[int] = []  # job ids in dispatch order (tests read it)
-        self.keep_order = False
+        self.scrape_failing: set[int] = set()  # upstreams whose scrape failure was logged
 
     def now(self) -> int:
         return self.clock() - self.base
@@ -113,8 +112,6 @@ class Gateway:
         """Place every job that can leave the queue now and wake its handler."""
         placed = self.dispatcher.pick(self.now())
         for job, _up in placed:
-            if self.keep_order:
-                self.dispatch_order.append(job.id)
             waiter = self.waiters.pop(job.id, None)
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
@@ -504,10 +501,25 @@ class Gateway:
             return resp.status, await resp.text()
 
     async def _scrape(self, up: Upstream) -> None:
-        with contextlib.suppress(aiohttp.ClientError, TimeoutError, asyncio.TimeoutError):
+        why = ""
+        try:
             status, text = await self._get(up, "/metrics")
             if status == 200:
                 self.pool.read_scrape(up, text, self.now())
+            else:
+                why = f"HTTP {status}"
+        except (aiohttp.ClientError, TimeoutError) as error:
+            why = type(error).__name__
+        if why and up.index not in self.scrape_failing:
+            self.scrape_failing.add(up.index)
+            log.warning(
+                "upstream %s: /metrics scrape failed (%s); it counts as saturated once its last "
+                "good scrape is older than stale_after_s (engine: none turns scraping off)",
+                up.name,
+                why,
+            )
+        elif not why:
+            self.scrape_failing.discard(up.index)
 
     async def _probe(self, up: Upstream) -> None:
         with contextlib.suppress(aiohttp.ClientError, TimeoutError, asyncio.TimeoutError):
