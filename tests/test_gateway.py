@@ -682,3 +682,24 @@ async def test_an_upstream_whose_metrics_fail_counts_as_saturated(
     assert broken.requests == [] and len(spare.requests) == 2
     assert gw.pool.upstreams[0].saturation(gw.now(), gw.pool.stale_ns) == "stale"
     assert caplog.text.count("scrape failed") == 1  # once per failing spell, not per scrape
+
+
+async def test_tiers_order_dispatch_and_set_the_engines_priority() -> None:
+    """Under the `priority` policy an interactive request queued after batch ones leaves first,
+    and each request carries its tier's rank as the engine's `priority`."""
+    engine = Engine(tokens=1)
+    engine.gate = asyncio.Event()
+    batch = {"X-SLO-Class": "batch"}
+    ups = [{"max_inflight": 1, "priority_field": True}]
+    async with rig([engine], policy="priority", up=ups) as (gw, url, session):
+        tasks = [asyncio.create_task(post(session, url, chat("b0"), "sk-polite", headers=batch))]
+        await until(lambda: len(engine.requests) == 1, "b0 dispatched")
+        for i, (text, key, headers) in enumerate(
+            [("b1", "sk-polite", batch), ("b2", "sk-polite", batch), ("i1", "sk-flood", {})]
+        ):
+            tasks.append(asyncio.create_task(post(session, url, chat(text), key, headers=headers)))
+            await until(lambda i=i: gw.dispatcher.waiting() == i + 1, f"{text} queued")
+        engine.gate.set()
+        assert [s for s, _, _ in await asyncio.gather(*tasks)] == [200] * 4
+    sent = [(r["body"]["messages"][0]["content"], r["body"]["priority"]) for r in engine.requests]
+    assert sent == [("b0", 1), ("i1", 0), ("b1", 1), ("b2", 1)]
