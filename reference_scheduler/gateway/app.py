@@ -59,7 +59,12 @@ log = logging.getLogger("reference_scheduler.gateway")
 
 
 class _ClientGone(Exception):
-    """The client closed its connection while the gateway was writing to it."""
+    """The client closed its connection while the gateway was writing to it; `response` is the
+    one already started (the handler returns it, so nothing else is written)."""
+
+    def __init__(self, response: web.StreamResponse | None = None) -> None:
+        super().__init__("client gone")
+        self.response = response
 
 
 class Gateway:
@@ -252,9 +257,9 @@ class Gateway:
                         )
                     self.metrics.retries.labels(up.name).inc()
                     up = await self._placed(job)
-        except _ClientGone:
+        except _ClientGone as gone:
             outcome = "cancelled"
-            return web.Response(status=499)  # never seen: the connection is gone
+            return gone.response or web.Response(status=499)  # the connection is gone
         except asyncio.CancelledError:
             outcome = "cancelled"
             raise
@@ -405,7 +410,11 @@ class Gateway:
                 if events.done:
                     break
                 chunk = await resp.content.readany()
-        except (_ClientGone, asyncio.CancelledError):
+        except _ClientGone:
+            resp.close()
+            self.metrics.aborts.labels(up.name).inc()
+            raise _ClientGone(response) from None
+        except asyncio.CancelledError:
             resp.close()
             self.metrics.aborts.labels(up.name).inc()
             raise
