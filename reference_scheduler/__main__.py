@@ -1,4 +1,5 @@
-"""`python -m reference_scheduler serve CONFIG [--host H] [--port P]`.
+"""`python -m reference_scheduler serve CONFIG [--host H] [--port P]`, and
+`python -m reference_scheduler gateway CONFIG [--host H] [--port P]` (docs/gateway.md).
 
 Prints `listening on http://HOST:PORT` as its first line (with --port 0, the port it got), so a
 parent process can find it. Bad configuration prints one line per problem and exits 2.
@@ -10,7 +11,9 @@ import argparse
 import asyncio
 import contextlib
 import sys
+from typing import Any
 
+from reference_scheduler.gateway import load_gateway_config, serve_gateway
 from reference_scheduler.scheduler.config import SchedulerConfigError
 from reference_scheduler.server.app import serve
 from reference_scheduler.server.config import load_server_config
@@ -23,9 +26,17 @@ def main(argv: list[str] | None = None) -> int:
     serve_cmd.add_argument("config")
     serve_cmd.add_argument("--host", default=None)
     serve_cmd.add_argument("--port", type=int, default=None)
+    gateway_cmd = sub.add_parser("gateway", help="run the scheduler in front of real engines")
+    gateway_cmd.add_argument("config")
+    gateway_cmd.add_argument("--host", default=None)
+    gateway_cmd.add_argument("--port", type=int, default=None)
     args = parser.parse_args(argv)
     try:
-        config = load_server_config(args.config)
+        config: Any = (
+            load_gateway_config(args.config)
+            if args.command == "gateway"
+            else load_server_config(args.config)
+        )
     except FileNotFoundError:
         print(f"{args.config}: file not found", file=sys.stderr)
         return 2
@@ -44,7 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:  # pragma: no cover
         runner = asyncio.run
     with contextlib.suppress(KeyboardInterrupt):
-        runner(serve(config, args.host, args.port, ready))
+        if args.command == "gateway":
+            runner(serve_gateway(config, args.host, args.port, ready))
+        else:
+            runner(serve(config, args.host, args.port, ready))
     return 0
 
 

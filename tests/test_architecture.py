@@ -36,6 +36,7 @@ REFERENCE_LAYERS = [
     "reference_scheduler.scheduler",
     "reference_scheduler.drivers",
     "reference_scheduler.server",
+    "reference_scheduler.gateway",
     "reference_scheduler.__main__",
 ]
 

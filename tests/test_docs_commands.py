@@ -66,6 +66,10 @@ RAY_LOCAL = (
     "fairbench run scenarios/quickstart.yaml --ray local --workers 2 "
     "--out reports/quickstart-ray --quiet"
 )
+GATEWAY = (
+    "the gateway in front of a vLLM pool (docs/gateway.md): GPUs and long-running servers; "
+    "tests/test_gateway.py runs the gateway against loopback engines"
+)
 
 # Shown commands that are not run, with why. Keys are the command text as shown.
 SKIPPED: dict[str, str] = {
@@ -79,6 +83,7 @@ SKIPPED: dict[str, str] = {
     "python benchmarks/bench_analysis.py": BENCHMARK,
     "python benchmarks/bench_report.py": BENCHMARK,
     "python benchmarks/bench_reliability.py": BENCHMARK,
+    "python benchmarks/bench_gateway.py": BENCHMARK,
     "fairbench run scenarios/vllm-priority.yaml --target-url http://HOST:8000 --out reports/fcfs": (
         VLLM_AB
     ),
@@ -92,6 +97,15 @@ SKIPPED: dict[str, str] = {
     "FAIRBENCH_VLLM_PYTHON=$VLLM_PY pytest tests/test_vllm_engine.py": (
         "needs the vLLM virtualenv the line before makes"
     ),
+    "vllm serve meta-llama/Llama-3.1-8B-Instruct --port 8000 --scheduling-policy priority "
+    "--max-num-seqs 64": GATEWAY,
+    "vllm serve meta-llama/Llama-3.1-8B-Instruct --port 8001 --scheduling-policy priority "
+    "--max-num-seqs 64": GATEWAY,
+    "python -m reference_scheduler gateway scenarios/gateway/pool-fifo.yaml": GATEWAY,
+    "python -m reference_scheduler gateway scenarios/gateway/pool-vtc.yaml": GATEWAY,
+    "fairbench run scenarios/gateway-ab.yaml --out reports/gw-fifo": GATEWAY,
+    "fairbench run scenarios/gateway-ab.yaml --out reports/gw-vtc": GATEWAY,
+    "fairbench compare reports/gw-fifo reports/gw-vtc": GATEWAY,
     "pip install -e ./fairbench": INSTALL,
     "./deploy-candidate.sh": "your deployment script, in your CI",
     'fairbench run scenarios/quickstart.yaml --target-url "$CANDIDATE_URL" --out run': CI_STEP,

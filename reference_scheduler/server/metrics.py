@@ -11,6 +11,23 @@ scheduler_vtc_counter{tenant}                        VTC's service counters (vtc
 scheduler_borrow_ratio{tier_from,tier_to}            capacity a tier borrows from another (tiered)
 scheduler_step_duration_seconds                      histogram of engine step times
 scheduler_step_lag_seconds                           histogram: how late the driver woke
+
+The gateway (reference_scheduler/gateway) reports the same names where they apply (wait time is
+arrival -> dispatch to an upstream; running is in flight to upstreams), plus `GatewayMetrics`:
+gateway_dispatch_wait_seconds{upstream}              histogram, arrival -> dispatch, by upstream
+gateway_upstream_first_byte_seconds{upstream}        histogram, dispatch -> first body byte
+gateway_inflight{upstream}                           requests in flight to each upstream
+gateway_inflight_tokens{upstream}                    their prompt + max_tokens
+gateway_upstream_errors_total{upstream,kind}         connect | timeout | http_5xx | overloaded |
+                                                     auth | mid_stream | idle_timeout
+gateway_retries_total{upstream}                      retried elsewhere after failing there
+gateway_upstream_aborts_total{upstream}              client went away: upstream request closed
+gateway_upstream_healthy{upstream}                   1 healthy, 0 marked unhealthy (probed back)
+gateway_upstream_saturated{upstream,reason}          1 while its own metrics say full
+                                                     (waiting | kv | stale)
+gateway_upstream_waiting{upstream}                   its scraped queue length
+gateway_upstream_kv_usage{upstream}                  its scraped KV-cache usage (0..1)
+gateway_upstream_scrape_age_seconds{upstream}        how old its last good scrape is
 """
 
 from __future__ import annotations
@@ -185,3 +202,80 @@ class SchedulerMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class GatewayMetrics(SchedulerMetrics):
+    """The scheduler's SLIs plus what a gateway adds: per-upstream load, errors and saturation."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        r = self.registry
+        self.dispatch_wait = Histogram(
+            "gateway_dispatch_wait_seconds",
+            "Arrival to dispatch, by upstream",
+            ["upstream"],
+            buckets=_LATENCY,
+            registry=r,
+        )
+        self.first_byte = Histogram(
+            "gateway_upstream_first_byte_seconds",
+            "Dispatch to the upstream's first body byte",
+            ["upstream"],
+            buckets=_LATENCY,
+            registry=r,
+        )
+        self.inflight = Gauge("gateway_inflight", "Requests in flight", ["upstream"], registry=r)
+        self.inflight_tokens = Gauge(
+            "gateway_inflight_tokens", "Prompt + max_tokens in flight", ["upstream"], registry=r
+        )
+        self.upstream_errors = Counter(
+            "gateway_upstream_errors", "Upstream failures", ["upstream", "kind"], registry=r
+        )
+        self.retries = Counter(
+            "gateway_retries",
+            "Requests retried elsewhere after failing here",
+            ["upstream"],
+            registry=r,
+        )
+        self.aborts = Counter(
+            "gateway_upstream_aborts",
+            "Upstream requests closed because the client went away",
+            ["upstream"],
+            registry=r,
+        )
+        self.healthy = Gauge("gateway_upstream_healthy", "1 if healthy", ["upstream"], registry=r)
+        self.saturated = Gauge(
+            "gateway_upstream_saturated",
+            "1 while the upstream's own metrics say it is full",
+            ["upstream", "reason"],
+            registry=r,
+        )
+        self.upstream_waiting = Gauge(
+            "gateway_upstream_waiting", "Scraped queue length", ["upstream"], registry=r
+        )
+        self.upstream_kv = Gauge(
+            "gateway_upstream_kv_usage", "Scraped KV-cache usage", ["upstream"], registry=r
+        )
+        self.scrape_age = Gauge(
+            "gateway_upstream_scrape_age_seconds",
+            "Age of the last good scrape",
+            ["upstream"],
+            registry=r,
+        )
+
+    def refresh_pool(self, pool: Any, now_ns: int) -> None:
+        """Per-upstream gauges, read from the pool at scrape time."""
+        self.saturated.clear()
+        for up in pool.upstreams:
+            name = up.name
+            self.inflight.labels(name).set(up.inflight)
+            self.inflight_tokens.labels(name).set(up.inflight_tokens)
+            self.healthy.labels(name).set(1 if up.healthy else 0)
+            reason = up.saturation(now_ns, pool.stale_ns)
+            for why in ("waiting", "kv", "stale"):
+                self.saturated.labels(name, why).set(1 if reason == why else 0)
+            if up.scraped:
+                self.upstream_waiting.labels(name).set(up.waiting)
+                self.upstream_kv.labels(name).set(up.kv_usage)
+                if up.scraped_ns is not None:
+                    self.scrape_age.labels(name).set((now_ns - up.scraped_ns) / 1e9)

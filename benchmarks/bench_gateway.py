@@ -1,0 +1,256 @@
+"""What the gateway costs: TTFT through `python -m reference_scheduler gateway` on one core,
+versus the same upstream directly, the same plan at each rate.
+
+The upstream is a tiny aiohttp engine in its own process (below: `--upstream`): vLLM's chat
+chunk shape, the first token at once, then one token every `--gap-ms`. fairbench itself is the
+load generator (`run_scenario`, a `kind: openai` target, Poisson arrivals, one seed), so both
+arms send byte-identical requests at identical intended times. TTFT is first token minus
+intended send time, as fairbench records it. The gateway runs FIFO with one upstream whose
+in-flight budget never binds, so what is added is the gateway's own path: validation, the
+policy queue, one more HTTP hop and the event-by-event relay.
+
+The gateway's CPU time per request (from /proc, so it does not depend on what else the machine
+runs; the slope across rates, so a run's fixed costs drop out) gives the one-core ceiling
+independently of the latency columns.
+
+Printed per rate: TTFT p50/p99 direct and through the gateway, the added p50/p99 and their
+ratio to direct; the verdict is the highest rate whose added p99 stays within 1 ms with every
+request answered (every rate is run unless the gateway drops requests). On a machine shared
+with other work the absolute numbers move; both arms of a rate run back to back, so they see
+the same neighbours.
+
+    python benchmarks/bench_gateway.py [--seconds 4] [--rates 50,100,200,400,800] [--tokens 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pandas as pd
+import yaml
+from _common import finish, show, verdict
+
+from fairbench.pipeline import run_scenario
+from fairbench.run import RunOptions
+from fairbench.workload.scenario import parse_scenario
+
+CORES = sorted(os.sched_getaffinity(0))
+REPO = Path(__file__).resolve().parents[1]
+MODEL = "bench"
+
+
+# ---------------------------------------------------------------------- the upstream
+
+
+def upstream_app(tokens: int, gap_s: float):  # type: ignore[no-untyped-def]
+    from aiohttp import web
+
+    head = b'data: {"id":"chatcmpl-b","object":"chat.completion.chunk","model":"bench","choices":'
+
+    def chunk(text: str) -> bytes:
+        delta = orjson.dumps([{"index": 0, "delta": {"content": text}, "finish_reason": None}])
+        return head + delta + b"}\n\n"
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        body = orjson.loads(await request.read())
+        n = min(int(body.get("max_tokens", tokens)), tokens)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(chunk(" w0"))
+        for i in range(1, n):
+            await asyncio.sleep(gap_s)
+            await response.write(chunk(f" w{i}"))
+        if (body.get("stream_options") or {}).get("include_usage"):
+            usage = {"prompt_tokens": 8, "completion_tokens": n, "total_tokens": 8 + n}
+            tail = {"id": "chatcmpl-b", "object": "chat.completion.chunk", "choices": []}
+            await response.write(b"data: " + orjson.dumps({**tail, "usage": usage}) + b"\n\n")
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
+
+    async def ok(request: web.Request) -> web.Response:
+        return web.Response(text="")
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/health", ok)
+    app.router.add_get("/metrics", ok)
+    return app
+
+
+def serve_upstream(tokens: int, gap_ms: float) -> None:
+    from aiohttp import web
+
+    async def main() -> None:
+        runner = web.AppRunner(upstream_app(tokens, gap_ms / 1e3), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        print(f"listening on http://127.0.0.1:{port}", flush=True)
+        await asyncio.Event().wait()
+
+    import uvloop
+
+    uvloop.run(main())
+
+
+# ---------------------------------------------------------------------- the arms
+
+
+def start(cmd: list[str], core: int | None) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=REPO)
+    assert proc.stdout is not None
+    url = proc.stdout.readline().strip().removeprefix("listening on ")
+    if not url.startswith("http"):
+        proc.kill()
+        raise SystemExit(f"{cmd[:4]} did not start")
+    if core is not None:
+        os.sched_setaffinity(proc.pid, {core})
+    return proc, url
+
+
+def start_gateway(
+    upstream: str, workdir: Path, core: int | None
+) -> tuple[subprocess.Popen[str], str]:
+    config = {
+        "model": MODEL,
+        "scheduler": {"policy": "fifo"},
+        "upstreams": [{"url": upstream, "engine": "none", "max_inflight": 100_000}],
+    }
+    path = workdir / "gateway.yaml"
+    path.write_text(yaml.safe_dump(config))
+    cmd = [sys.executable, "-m", "reference_scheduler", "gateway", str(path), "--port", "0"]
+    return start(cmd, core)
+
+
+def ttft_ms(
+    url: str, rate: float, seconds: float, tokens: int, out: Path
+) -> tuple[np.ndarray, float]:
+    scn = parse_scenario(
+        {
+            "name": f"gateway-{rate:g}",
+            "workloads": {
+                "chat": {"endpoint": "chat", "prompt_tokens": 8, "output_tokens": tokens}
+            },
+            "tenants": [
+                {"id": "t", "mix": "chat", "arrival": {"process": "poisson", "rate": rate}}
+            ],
+            "run": {"duration": seconds, "seed": 7, "grace": "20s", "timeout": "30s"},
+            "target": {"kind": "openai", "base_url": url, "model": MODEL},
+        }
+    )
+    run_scenario(scn, RunOptions(out=out, workers=1, progress=False))
+    records = pd.read_parquet(out / "records.parquet")
+    shutil.rmtree(out, ignore_errors=True)
+    ok = records[records["status"] == "ok"]
+    ttft = (ok["t_first_token_ns"] - ok["t_intended_ns"]).to_numpy(dtype=float) / 1e6
+    return ttft, len(ok) / max(1, len(records))
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--rates", default="50,100,200,400,800")
+    parser.add_argument("--tokens", type=int, default=16)
+    parser.add_argument("--gap-ms", type=float, default=2.0)
+    parser.add_argument(
+        "--no-pin", action="store_true", help="leave every process on every core (a busy host)"
+    )
+    parser.add_argument("--upstream", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.upstream:
+        serve_upstream(args.tokens, args.gap_ms)
+        return
+    workdir = Path(tempfile.mkdtemp(prefix="fb-gateway-"))
+    pinned = len(CORES) > 1 and not args.no_pin
+    gw_core = CORES[-1] if pinned else None
+    rest = CORES[:-1] if pinned else CORES
+    up_cmd = [sys.executable, __file__, "--upstream", "--tokens", str(args.tokens)]
+    up_cmd += ["--gap-ms", str(args.gap_ms)]
+    upstream, up_url = start(up_cmd, rest[0])
+    gateway, gw_url = start_gateway(up_url, workdir, gw_core)
+    os.sched_setaffinity(0, set(rest))
+    rows, best, costs = [], 0.0, []
+    try:
+        for rate in (float(x) for x in args.rates.split(",")):
+            direct, ok_d = ttft_ms(up_url, rate, args.seconds, args.tokens, workdir / "d")
+            before = cpu_s(gateway.pid)
+            through, ok_g = ttft_ms(gw_url, rate, args.seconds, args.tokens, workdir / "g")
+            spent = cpu_s(gateway.pid) - before
+            per_request = spent / max(1, len(through)) * 1e3
+            costs.append((len(through), spent))
+            d50, d99 = np.percentile(direct, [50, 99])
+            g50, g99 = np.percentile(through, [50, 99])
+            good = (g99 - d99) <= 1.0 and ok_g == 1.0 and ok_d == 1.0
+            rows.append(
+                [
+                    f"{rate:g}",
+                    f"{d50:.2f} / {d99:.2f}",
+                    f"{g50:.2f} / {g99:.2f}",
+                    f"{g50 - d50:+.2f} / {g99 - d99:+.2f}",
+                    f"{g50 / d50:.2f}x / {g99 / d99:.2f}x",
+                    f"{ok_d:.3f} / {ok_g:.3f}",
+                    f"{per_request:.2f}",
+                    "yes" if good else "no",
+                ]
+            )
+            if good:
+                best = rate
+            if ok_g < 1.0:
+                break  # the gateway dropped requests: higher rates say nothing more
+    finally:
+        for proc in (gateway, upstream):
+            proc.terminate()
+            proc.wait(timeout=10)
+        shutil.rmtree(workdir, ignore_errors=True)
+    show(
+        f"gateway on {'one core' if pinned else 'a shared core'} vs direct: TTFT ms "
+        f"({args.tokens} tokens, {args.gap_ms:g} ms apart)",
+        [
+            "req/s",
+            "direct p50 / p99",
+            "gateway p50 / p99",
+            "added p50 / p99",
+            "ratio to direct p50 / p99",
+            "ok share direct / gateway",
+            "gateway CPU ms/request",
+            "added p99 <= 1 ms",
+        ],
+        rows,
+    )
+    verdict(best > 0, f"highest rate with added TTFT p99 <= 1 ms: {best:g} req/s")
+    if len(costs) >= 2:
+        # The slope of CPU seconds over requests across rates: the marginal cost of a request,
+        # without what every run costs once (fairbench's /metrics scrapes, /v1/models, idle).
+        n, spent = (np.array(x, dtype=float) for x in zip(*costs, strict=True))
+        cost = float(np.polyfit(n, spent, 1)[0]) * 1e3
+        print(
+            f"gateway CPU per request (slope across rates): {cost:.2f} ms, so one core's "
+            f"ceiling is ~{1e3 / cost:,.0f} req/s of {args.tokens}-token streams "
+            "(CPU time: robust to neighbours)"
+        )
+    finish()
+
+
+if __name__ == "__main__":
+    main()

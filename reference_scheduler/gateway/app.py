@@ -1,0 +1,635 @@
+"""The gateway's HTTP app: the served scheduler's front (tenancy, validation, admission, policy)
+with upstream engines behind it instead of the simulated engine.
+
+A request's life: tenancy from its API key and validation exactly as the server does them
+(server/config.py, server/requests.py: a malformed request is answered 4xx here and never reaches
+an upstream) -> `Dispatcher.submit` (admission: 429/503 with Retry-After) -> wait until `pick`
+places it on an upstream with room -> relay: the upstream's bytes are written to the client as
+they arrive -> `Dispatcher.finish`, in a `finally`, whatever happened. Each handler owns its job
+from start to end, so a request is answered once: retried at most once on another upstream
+while the client has seen nothing, an error event once it has.
+
+The client going away (aiohttp cancels the handler, or a write fails) closes the upstream
+connection, which is how vLLM, SGLang and TGI learn to abort a request, and is counted. The
+watcher task scrapes each upstream's /metrics (saturation) and probes /health of unhealthy ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from reference_scheduler.core.job import Job
+from reference_scheduler.core.tokenizer import count_tokens
+from reference_scheduler.gateway.config import GatewayConfig
+from reference_scheduler.gateway.dispatcher import Dispatcher
+from reference_scheduler.gateway.pool import Pool, Upstream
+from reference_scheduler.gateway.relay import (
+    SSE_HEADERS,
+    Events,
+    Failure,
+    error_message,
+    upstream_body,
+    upstream_headers,
+    usage_counts,
+)
+from reference_scheduler.server.config import TenantEntry
+from reference_scheduler.server.metrics import GatewayMetrics
+from reference_scheduler.server.requests import (
+    BadRequest,
+    error_response,
+    invalid,
+    json_object,
+    max_tokens_of,
+    prompt_of_chat,
+    prompt_of_completion,
+    stream_flags,
+)
+
+log = logging.getLogger("reference_scheduler.gateway")
+
+
+class _ClientGone(Exception):
+    """The client closed its connection while the gateway was writing to it; `response` is the
+    one already started (the handler returns it, so nothing else is written)."""
+
+    def __init__(self, response: web.StreamResponse | None = None) -> None:
+        super().__init__("client gone")
+        self.response = response
+
+
+class Gateway:
+    def __init__(self, config: GatewayConfig, clock: Callable[[], int] = time.perf_counter_ns):
+        self.config = config
+        self.server = config.server
+        self.clock = clock
+        self.base = clock()
+        self.metrics = GatewayMetrics()
+        self.pool = Pool(list(config.upstreams), config.dispatch)
+        self.dispatcher = Dispatcher(config.server.scheduler, self.pool)
+        self.keys = [up.key() for up in config.upstreams]
+        self.ids = itertools.count()
+        self.waiters: dict[int, asyncio.Future[None]] = {}
+        self.session: aiohttp.ClientSession | None = None
+        self.watcher: asyncio.Task[None] | None = None
+        self.scrape_failing: set[int] = set()  # upstreams whose scrape failure was logged
+
+    def now(self) -> int:
+        return self.clock() - self.base
+
+    # -------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        d = self.config.dispatch
+        timeout = aiohttp.ClientTimeout(
+            total=None,
+            connect=d.connect_timeout_s,
+            sock_connect=d.connect_timeout_s,
+            sock_read=d.idle_timeout_s,
+        )
+        self.session = aiohttp.ClientSession(
+            timeout=timeout,
+            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
+            auto_decompress=False,
+        )
+        self.watcher = asyncio.create_task(self._watch())
+
+    async def stop(self) -> None:
+        if self.watcher is not None:
+            self.watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.watcher
+        if self.session is not None:
+            await self.session.close()
+
+    # -------------------------------------------------------------- dispatch
+
+    def pump(self) -> None:
+        """Place every job that can leave the queue now and wake its handler."""
+        placed = self.dispatcher.pick(self.now())
+        for job, _up in placed:
+            waiter = self.waiters.pop(job.id, None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+        if placed:
+            self.metrics.queue_depth(self.dispatcher.waiting())
+
+    async def _placed(self, job: Job) -> Upstream:
+        waiter = asyncio.get_running_loop().create_future()
+        self.waiters[job.id] = waiter
+        self.pump()
+        await waiter
+        return self.pool.upstreams[job.replica]
+
+    # -------------------------------------------------------------- tenancy and parsing
+
+    def tenant_of(self, request: web.Request) -> TenantEntry:
+        auth = request.headers.get("Authorization", "")
+        key = auth[7:].strip() if auth.lower().startswith("bearer ") else None
+        if self.server.keys_required:
+            tenant = self.server.by_key.get(key or "")
+            if tenant is None:
+                raise BadRequest(
+                    401,
+                    "Incorrect or missing API key.",
+                    "authentication_error",
+                    code="invalid_api_key",
+                )
+            return tenant
+        return self.server.default_tenant
+
+    def slo_class_of(self, request: web.Request, tenant: TenantEntry) -> str:
+        asked = request.headers.get("X-SLO-Class")
+        if asked is None:
+            return tenant.classes[0]
+        if asked not in tenant.classes:
+            raise BadRequest(
+                403,
+                f"tenant may not use SLO class {asked!r}; allowed: {tenant.classes}",
+                "permission_error",
+                "X-SLO-Class",
+            )
+        return asked
+
+    def _job(self, request: web.Request, raw: bytes, chat: bool) -> tuple[Job, dict[str, Any]]:
+        tenant = self.tenant_of(request)
+        cls = self.slo_class_of(request, tenant)
+        body = json_object(raw)
+        model = body.get("model")
+        if model is not None and model != self.server.spec.model:
+            raise invalid(f"The model `{model}` does not exist.", "model", "model_not_found")
+        prompt = prompt_of_chat(body) if chat else prompt_of_completion(body)
+        max_tokens = max_tokens_of(body, self.server.spec.max_tokens_limit)
+        stream_flags(body)
+        n = count_tokens(prompt)
+        if n < 1:
+            raise invalid("The prompt is empty.", "prompt")
+        job = Job(
+            next(self.ids),
+            tenant.id,
+            cls,
+            n,
+            max_tokens,
+            self.now(),
+            weight=tenant.weight,
+            priority=self.server.spec.slo_classes[cls],
+        )
+        return job, body
+
+    # -------------------------------------------------------------- generation
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, "/v1/completions", chat=False)
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, "/v1/chat/completions", chat=True)
+
+    async def _generate(self, request: web.Request, path: str, chat: bool) -> web.StreamResponse:
+        try:
+            job, body = self._job(request, await request.read(), chat)
+        except BadRequest as error:
+            self.metrics.rejected(error.status)
+            return error_response(error)
+        verdict = self.dispatcher.submit(job, self.now())
+        if not verdict.accepted:
+            self.metrics.rejected(verdict.code)
+            kind = "rate_limit_error" if verdict.code == 429 else "server_overloaded"
+            if verdict.code == 400:
+                kind = "invalid_request_error"
+            headers = {"Retry-After": str(verdict.retry_after_s)} if verdict.retry_after_s else {}
+            status = verdict.code if verdict.code in (400, 429, 503) else 503
+            return error_response(
+                BadRequest(
+                    status,
+                    verdict.reason or "overloaded",
+                    kind,
+                    code=verdict.reason,
+                    headers=headers,
+                )
+            )
+        self.metrics.queue_depth(self.dispatcher.waiting())
+        stream_on, usage_on = stream_flags(body)
+        outcome = "error"
+        try:
+            up = await self._placed(job)
+            self.metrics.admitted(job)
+            self.metrics.dispatch_wait.labels(up.name).observe(
+                (job.admit_ns - job.arrival_ns) / 1e9
+            )
+            while True:
+                try:
+                    if stream_on:
+                        response, outcome = await self._stream(
+                            request, job, up, path, body, usage_on
+                        )
+                    else:
+                        response, outcome = await self._whole(job, up, path, body)
+                    return response
+                except Failure as failure:
+                    self._failed(up, failure)
+                    if not self.dispatcher.requeue(job, self.now()):
+                        if failure.kind == "overloaded":
+                            return error_response(
+                                BadRequest(
+                                    503,
+                                    "every upstream is overloaded",
+                                    "server_overloaded",
+                                    code="upstream_overloaded",
+                                    headers={"Retry-After": "1"},
+                                )
+                            )
+                        return error_response(
+                            BadRequest(
+                                502,
+                                f"upstream failed: {failure.kind}",
+                                "server_error",
+                                code="upstream_error",
+                            )
+                        )
+                    self.metrics.retries.labels(up.name).inc()
+                    up = await self._placed(job)
+        except _ClientGone as gone:
+            outcome = "cancelled"
+            return gone.response or web.Response(status=499)  # the connection is gone
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+            raise
+        finally:
+            self.waiters.pop(job.id, None)
+            if self.dispatcher.finish(job, self.now(), outcome):
+                self.metrics.requests.labels(job.tenant, job.slo_class, outcome).inc()
+                if outcome == "cancelled":
+                    self.metrics.cancelled.inc()
+                if job.generated:
+                    self.metrics.tokens.labels(job.tenant).inc(job.generated)
+            self.pump()
+
+    def _failed(self, up: Upstream, failure: Failure) -> None:
+        self.metrics.upstream_errors.labels(up.name, failure.kind).inc()
+        if self.pool.failed(up, failure.kind, failure.health):
+            log.warning("upstream %s marked unhealthy after %s", up.name, failure.kind)
+
+    def _scrub(self, text: str) -> str:
+        for key in self.keys:
+            if key:
+                text = text.replace(key, "***")
+        return text
+
+    async def _open(
+        self, job: Job, up: Upstream, path: str, body: dict[str, Any], stream: bool
+    ) -> aiohttp.ClientResponse:
+        """Send the request; the response once its status is 200 (else a Failure, or the
+        upstream's 4xx as a BadRequest: that answer is the request's, not the upstream's)."""
+        assert self.session is not None
+        spec = up.spec
+        payload = upstream_body(
+            body,
+            spec.model or self.server.spec.model,
+            job.priority if spec.priority_field else None,
+            stream,
+        )
+        try:
+            resp = await self.session.post(
+                spec.url + path,
+                data=orjson.dumps(payload),
+                headers=upstream_headers(self.keys[up.index]),
+            )
+        except TimeoutError:
+            raise Failure("timeout", "no answer", before_first_byte=True) from None
+        except aiohttp.ClientError as error:
+            raise Failure("connect", type(error).__name__, before_first_byte=True) from None
+        if resp.status == 200:
+            return resp
+        try:
+            raw = await resp.content.read(65536)
+        except (aiohttp.ClientError, TimeoutError):
+            raw = b""
+        finally:
+            resp.close()
+        status = resp.status
+        if status in (429, 503):
+            raise Failure("overloaded", str(status), before_first_byte=True, health=False)
+        if status in (401, 403):
+            raise Failure("auth", str(status), before_first_byte=True)
+        if 400 <= status < 500:
+            raise BadRequest(
+                status,
+                self._scrub(error_message(raw)),
+                "invalid_request_error",
+                code="upstream_rejected",
+            )
+        raise Failure("http_5xx", str(status), before_first_byte=True)
+
+    async def _whole(
+        self, job: Job, up: Upstream, path: str, body: dict[str, Any]
+    ) -> tuple[web.StreamResponse, str]:
+        sent = self.now()
+        try:
+            async with asyncio.timeout(self.config.dispatch.first_byte_timeout_s):
+                resp = await self._open(job, up, path, body, stream=False)
+                try:
+                    raw = await resp.read()
+                finally:
+                    resp.close()
+        except BadRequest as error:
+            self.pool.succeeded(up)
+            return error_response(error), "upstream_4xx"
+        except TimeoutError:
+            raise Failure("timeout", "no answer", before_first_byte=True) from None
+        except aiohttp.ClientError as error:
+            raise Failure("connect", type(error).__name__, before_first_byte=True) from None
+        except asyncio.CancelledError:
+            self.metrics.aborts.labels(up.name).inc()
+            raise
+        self.pool.succeeded(up)
+        self.metrics.first_byte.labels(up.name).observe((self.now() - sent) / 1e9)
+        with contextlib.suppress(orjson.JSONDecodeError):
+            obj = orjson.loads(raw)
+            counts = usage_counts(obj.get("usage")) if isinstance(obj, dict) else None
+            if counts is not None:
+                self.dispatcher.settle(job, self.now(), *counts)
+        return web.Response(body=raw, status=200, content_type="application/json"), "finished"
+
+    async def _stream(
+        self,
+        request: web.Request,
+        job: Job,
+        up: Upstream,
+        path: str,
+        body: dict[str, Any],
+        usage_on: bool,
+    ) -> tuple[web.StreamResponse, str]:
+        sent = self.now()
+        resp: aiohttp.ClientResponse | None = None
+        try:
+            async with asyncio.timeout(self.config.dispatch.first_byte_timeout_s):
+                resp = await self._open(job, up, path, body, stream=True)
+                first = await resp.content.readany()
+        except BadRequest as error:
+            self.pool.succeeded(up)
+            return error_response(error), "upstream_4xx"
+        except TimeoutError:
+            if resp is not None:
+                resp.close()
+            raise Failure("timeout", "no first byte", before_first_byte=True) from None
+        except aiohttp.ClientError as error:
+            if resp is not None:
+                resp.close()
+            raise Failure("connect", type(error).__name__, before_first_byte=True) from None
+        except asyncio.CancelledError:
+            if resp is not None:
+                resp.close()
+            self.metrics.aborts.labels(up.name).inc()
+            raise
+        assert resp is not None
+        if not first:
+            resp.close()
+            raise Failure("mid_stream", "empty body", before_first_byte=True)
+        self.metrics.first_byte.labels(up.name).observe((self.now() - sent) / 1e9)
+        events = Events(keep_usage=usage_on)
+        response = web.StreamResponse(headers=SSE_HEADERS)
+        dispatcher = self.dispatcher
+        chunk = first
+        try:
+            await self._write(response.prepare(request))
+            while chunk:
+                out = events.feed(chunk)
+                if events.tokens:
+                    dispatcher.charge_decode(job, self.now(), events.tokens)
+                if out:
+                    await self._write(response.write(out))
+                if events.done:
+                    break
+                chunk = await resp.content.readany()
+        except _ClientGone:
+            resp.close()
+            self.metrics.aborts.labels(up.name).inc()
+            raise _ClientGone(response) from None
+        except asyncio.CancelledError:
+            resp.close()
+            self.metrics.aborts.labels(up.name).inc()
+            raise
+        except TimeoutError:
+            return await self._broken(response, resp, up, "idle_timeout")
+        except aiohttp.ClientError:
+            return await self._broken(response, resp, up, "mid_stream")
+        if not events.done:
+            return await self._broken(response, resp, up, "mid_stream")
+        self.pool.succeeded(up)
+        counts = usage_counts(events.usage)
+        if counts is not None:
+            dispatcher.settle(job, self.now(), *counts)
+        if events.error is not None:
+            self.metrics.upstream_errors.labels(up.name, "in_stream").inc()
+        with contextlib.suppress(ConnectionResetError):
+            await response.write_eof()
+        await self._drain(resp)
+        return response, "error" if events.error is not None else "finished"
+
+    @staticmethod
+    async def _write(write: Any) -> None:
+        """A write to the client; its connection being gone is `_ClientGone`, never confused
+        with the upstream's connection failing."""
+        try:
+            await write
+        except ConnectionResetError:
+            raise _ClientGone() from None
+
+    @staticmethod
+    async def _drain(resp: aiohttp.ClientResponse) -> None:
+        """Read the upstream's last bytes after [DONE] (the chunked terminator), so its
+        connection goes back to the pool instead of being closed; briefly, then give up."""
+        try:
+            if not resp.content.at_eof():
+                async with asyncio.timeout(1.0):
+                    await resp.content.read()
+            resp.release()
+        except (aiohttp.ClientError, TimeoutError):
+            resp.close()
+
+    async def _broken(
+        self,
+        response: web.StreamResponse,
+        resp: aiohttp.ClientResponse,
+        up: Upstream,
+        kind: str,
+    ) -> tuple[web.StreamResponse, str]:
+        """The upstream failed after the client saw bytes: one error event, then the end."""
+        resp.close()
+        self._failed(up, Failure(kind, kind, before_first_byte=False))
+        error = {
+            "error": {
+                "message": f"upstream failed mid-stream: {kind}",
+                "type": "server_error",
+                "param": None,
+                "code": 502,
+            }
+        }
+        with contextlib.suppress(ConnectionResetError):
+            await response.write(b"\n\ndata: " + orjson.dumps(error) + b"\n\n")
+            await response.write_eof()
+        return response, "error"
+
+    # -------------------------------------------------------------- the watcher
+
+    async def _watch(self) -> None:
+        """Scrape each upstream's /metrics and probe unhealthy ones, each on its own interval."""
+        d = self.config.dispatch
+        tick = min(d.scrape_interval_s, d.probe_interval_s)
+        scrape_due = [0] * len(self.pool.upstreams)
+        probe_due = [0] * len(self.pool.upstreams)
+        while True:
+            now = self.now()
+            jobs = []
+            for up in self.pool.upstreams:
+                if up.scraped and now >= scrape_due[up.index]:
+                    scrape_due[up.index] = now + int(d.scrape_interval_s * 1e9)
+                    jobs.append(self._scrape(up))
+                if not up.healthy and now >= probe_due[up.index]:
+                    probe_due[up.index] = now + int(d.probe_interval_s * 1e9)
+                    jobs.append(self._probe(up))
+            if jobs:
+                await asyncio.gather(*jobs, return_exceptions=True)
+                self.pump()
+            await asyncio.sleep(tick)
+
+    async def _get(self, up: Upstream, path: str) -> tuple[int, str]:
+        assert self.session is not None
+        headers = upstream_headers(self.keys[up.index])
+        timeout = aiohttp.ClientTimeout(total=self.config.dispatch.connect_timeout_s * 2)
+        async with self.session.get(up.spec.url + path, headers=headers, timeout=timeout) as resp:
+            return resp.status, await resp.text()
+
+    async def _scrape(self, up: Upstream) -> None:
+        why = ""
+        try:
+            status, text = await self._get(up, "/metrics")
+            if status == 200:
+                self.pool.read_scrape(up, text, self.now())
+            else:
+                why = f"HTTP {status}"
+        except (aiohttp.ClientError, TimeoutError) as error:
+            why = type(error).__name__
+        if why and up.index not in self.scrape_failing:
+            self.scrape_failing.add(up.index)
+            log.warning(
+                "upstream %s: /metrics scrape failed (%s); it counts as saturated once its last "
+                "good scrape is older than stale_after_s (engine: none turns scraping off)",
+                up.name,
+                why,
+            )
+        elif not why:
+            self.scrape_failing.discard(up.index)
+
+    async def _probe(self, up: Upstream) -> None:
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError, asyncio.TimeoutError):
+            status, _ = await self._get(up, "/health")
+            if status == 200:
+                up.healthy = True
+                up.failures = 0
+                log.warning("upstream %s is healthy again", up.name)
+
+    # -------------------------------------------------------------- the rest
+
+    async def models(self, request: web.Request) -> web.Response:
+        model = self.server.spec.model
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [{"id": model, "object": "model", "created": 0, "owned_by": "gateway"}],
+            }
+        )
+
+    async def health(self, request: web.Request) -> web.Response:
+        healthy = [up.name for up in self.pool.upstreams if up.healthy]
+        status = 200 if healthy else 503
+        return web.json_response(
+            {"status": "ok" if healthy else "no healthy upstream"}, status=status
+        )
+
+    async def prometheus(self, request: web.Request) -> web.Response:
+        self.metrics.refresh(self.dispatcher)
+        self.metrics.depth.set(self.dispatcher.waiting())
+        self.metrics.refresh_pool(self.pool, self.now())
+        return web.Response(body=self.metrics.render(), content_type="text/plain", charset="utf-8")
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Callable[..., Any]) -> web.StreamResponse:
+    """Unknown routes and wrong methods get OpenAI-shaped errors too."""
+    try:
+        return await handler(request)
+    except web.HTTPException as error:
+        if error.status < 400:
+            raise
+        kind = "not_found_error" if error.status == 404 else "invalid_request_error"
+        return error_response(BadRequest(error.status, error.reason, kind))
+    except BadRequest as error:
+        return error_response(error)
+
+
+GATEWAY = web.AppKey("gateway", Gateway)
+
+
+def build_gateway_app(config: GatewayConfig) -> web.Application:
+    gateway = Gateway(config)
+    app = web.Application(middlewares=[_errors], client_max_size=64 * 1024 * 1024)
+    app[GATEWAY] = gateway
+
+    async def on_startup(app: web.Application) -> None:
+        await gateway.start()
+
+    async def on_cleanup(app: web.Application) -> None:
+        await gateway.stop()
+
+    app.on_startup.append(on_startup)
+    app.on_cleanup.append(on_cleanup)
+    app.router.add_post("/v1/completions", gateway.completions)
+    app.router.add_post("/v1/chat/completions", gateway.chat)
+    app.router.add_get("/v1/models", gateway.models)
+    app.router.add_get("/health", gateway.health)
+    app.router.add_get("/metrics", gateway.prometheus)
+    return app
+
+
+async def start_gateway(
+    config: GatewayConfig, host: str | None = None, port: int | None = None
+) -> tuple[web.AppRunner, str]:
+    """Start the app; (runner, base URL). Handlers are cancelled when their client goes away,
+    which is how a request waiting in the queue, or on its upstream, learns of it."""
+    app = build_gateway_app(config)
+    runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+    await runner.setup()
+    spec = config.server.spec
+    site = web.TCPSite(runner, host or spec.host, spec.port if port is None else port)
+    await site.start()
+    sockets = getattr(site._server, "sockets", None) or []
+    bound = sockets[0].getsockname() if sockets else (host, port)
+    return runner, f"http://{bound[0]}:{bound[1]}"
+
+
+async def serve_gateway(
+    config: GatewayConfig,
+    host: str | None = None,
+    port: int | None = None,
+    ready: Callable[[str], None] | None = None,
+) -> None:
+    runner, url = await start_gateway(config, host, port)
+    if ready is not None:
+        ready(url)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+
+
+__all__ = ["GATEWAY", "Gateway", "build_gateway_app", "serve_gateway", "start_gateway"]
