@@ -4,16 +4,17 @@ a run in which nothing succeeded is never VALID."""
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
+from aiohttp import web
 
 from fairbench.analysis.health import MachineLoad, generator_health
 from tests.cli import run_cli
 from tests.conftest import make_scenario
+from tests.loopback import serve_in_thread
 
 SCN = make_scenario(rate=10, duration="1s")
 
@@ -105,24 +106,35 @@ def test_one_success_is_enough_to_pass_that_rule() -> None:
     assert health["valid"], health["invalid_reasons"]
 
 
-def _closed_port() -> int:
-    """A loopback port nobody listens on (bound, read, released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def _failing_server() -> web.Application:
+    """A server that is there (so the check before t0 passes) and fails every request."""
+
+    async def models(_: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "m", "object": "model"}]})
+
+    async def fail(_: web.Request) -> web.Response:
+        return web.Response(status=500, text="broken")
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/chat/completions", fail)
+    return app
 
 
-def test_a_run_against_nobody_exits_1_invalid_and_records_the_machine(tmp_path: Path) -> None:
+def test_a_run_in_which_nothing_succeeded_exits_1_invalid_and_records_the_machine(
+    tmp_path: Path,
+) -> None:
+    with serve_in_thread(_failing_server()) as url:
+        _run_against_a_failing_target(tmp_path, url)
+
+
+def _run_against_a_failing_target(tmp_path: Path, url: str) -> None:
     scenario = {
         "name": "nobody",
         "workloads": {"c": {"endpoint": "chat", "prompt_tokens": 10, "output_tokens": 4}},
         "tenants": [{"id": "a", "mix": "c", "arrival": {"process": "constant", "rate": "10/s"}}],
         "run": {"duration": "1s", "timeout": "5s", "grace": "5s"},
-        "target": {
-            "kind": "openai",
-            "base_url": f"http://127.0.0.1:{_closed_port()}/v1",
-            "model": "m",
-        },
+        "target": {"kind": "openai", "base_url": f"{url}/v1", "model": "m"},
     }
     path = tmp_path / "nobody.yaml"
     path.write_text(yaml.safe_dump(scenario))

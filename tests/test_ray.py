@@ -132,6 +132,7 @@ def test_an_actor_that_fell_behind_is_named() -> None:
             "t_intended_ns": intended,
             "t_sent_ns": intended + lag,
             "worker": worker,
+            "status": "ok",
         }
     )
     actors = [{"worker": k, "hostname": f"h{k}", "status": "finished"} for k in (0, 1)]
