@@ -115,6 +115,10 @@ class Cols:
             }
         )
 
+    def forget(self) -> None:
+        """Drop the cached observations (and their curves): bounded memory between stages."""
+        self._memo.clear()
+
     def obs(self, which: str, mask: np.ndarray | None) -> censored.Observations:
         """The group's observations of one latency (`ttft`, `e2e`, `tpot`); the same object for
         the same group, so its Kaplan–Meier curve is computed once for every figure of it."""

@@ -170,10 +170,15 @@ def build_timeline(
         span = end_s[sel] - start_s[sel]
         spread = span > 0
         rate = np.where(spread, cost[sel] / np.where(spread, span, 1.0), 0.0)
-        delta = np.bincount(s_idx, rate, k) - np.bincount(e_idx, rate, k)
-        jumps = np.bincount(e_idx[~spread], cost[sel][~spread], k)
-        integral = np.concatenate([[0.0], np.cumsum(np.cumsum(delta)[:-1] * lengths)])
-        service[i] = (integral + np.cumsum(jumps)) / w
+        rate_now = np.bincount(s_idx, rate, k)
+        rate_now -= np.bincount(e_idx, rate, k)
+        np.cumsum(rate_now, out=rate_now)  # the service rate on each segment
+        row = service[i]
+        row[1:] = rate_now[:-1] * lengths
+        np.cumsum(row, out=row)
+        row += np.cumsum(np.bincount(e_idx[~spread], cost[sel][~spread], k))
+        row /= w
+        del rate_now
         sel = mine & waits
         count = np.bincount(np.searchsorted(edges, arrival_s[sel]), minlength=k) - np.bincount(
             np.searchsorted(edges, wait_end_s[sel]), minlength=k
@@ -206,7 +211,6 @@ def backlogged_service_difference(tl: Timeline) -> BackloggedDifference:
     best: float | None = None
     pair: tuple[str, str] | None = None
     both_total = 0.0
-    inc = np.diff(tl.service, axis=1)
     lengths = tl.lengths
     n = len(tl.tenants)
     for f in range(n):
@@ -215,7 +219,10 @@ def backlogged_service_difference(tl: Timeline) -> BackloggedDifference:
             if not m.any():
                 continue
             both_total = max(both_total, float(lengths[m].sum()))
-            c = np.cumsum(np.where(m, inc[f] - inc[g], 0.0))
+            # one pair's increments at a time: O(segments) memory, not O(tenants × segments)
+            inc = np.diff(tl.service[f] - tl.service[g])
+            c = np.cumsum(np.where(m, inc, 0.0))
+            del inc
             idx = np.flatnonzero(m)
             first = np.concatenate([[True], np.diff(idx) > 1])
             pos = np.flatnonzero(first)
@@ -242,15 +249,15 @@ def backlogged_jain(
     if not len(starts) or not len(tl.edges):
         return starts, np.full(len(starts), np.nan)
     ends = np.minimum(starts + window_s, t1)
-    held = np.concatenate(
-        [np.zeros((len(tl.tenants), 1)), np.cumsum(tl.backlogged * tl.lengths, axis=1)], axis=1
-    )
-
-    def at(values: np.ndarray, x: np.ndarray) -> np.ndarray:
-        return np.stack([np.interp(x, tl.edges, row) for row in values])
-
-    got = at(tl.service, ends) - at(tl.service, starts)
-    waited = at(held, ends) - at(held, starts)
+    n = len(tl.tenants)
+    got = np.empty((n, len(starts)))
+    waited = np.empty((n, len(starts)))
+    for i in range(n):  # a tenant at a time: O(segments) memory, not O(tenants × segments)
+        service = tl.service[i]
+        got[i] = np.interp(ends, tl.edges, service) - np.interp(starts, tl.edges, service)
+        held = np.concatenate([[0.0], np.cumsum(np.where(tl.backlogged[i], tl.lengths, 0.0))])
+        waited[i] = np.interp(ends, tl.edges, held) - np.interp(starts, tl.edges, held)
+        del held
     include = waited >= min_backlogged * (ends - starts)
     values = np.full(len(starts), np.nan)
     for w in range(len(starts)):

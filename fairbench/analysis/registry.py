@@ -558,6 +558,8 @@ def metrics_block(
                 if not mask.any():
                     continue
                 out[group].setdefault(key, {})[metric.name] = _entry(metric, c, mask)
+        if metric.quantile is not None and metric.name.endswith("_p99"):
+            c.forget()  # this latency's curves are done with: bounded memory
     return out
 
 

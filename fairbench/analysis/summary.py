@@ -111,32 +111,35 @@ def group_block(
     latencies: Mapping[str, censored.RowObservations | _FromCols],
     rows: np.ndarray | None = None,
 ) -> dict[str, Any]:
-    counts = {s: int((df["status"] == s).sum()) for s in STATUSES}
-    ok = (df["status"] == "ok").to_numpy()
-    block: dict[str, Any] = {"requests": len(df), "counts": counts}
-    ok_df = df[ok]
+    """A group's block (`rows` of the window's records; all of them when None), read from
+    column arrays under a mask: no copy of the frame per group."""
+    sel = np.ones(len(df), dtype=bool) if rows is None else rows
+    status = df["status"].to_numpy()[sel]
+    n = int(sel.sum())
+    counts = {s: int((status == s).sum()) for s in STATUSES}
+    ok = status == "ok"
+    good_mask = met[sel]
+    block: dict[str, Any] = {"requests": n, "counts": counts}
     block["latency_ms"] = {
         name: latency_percentiles(obs.select(rows)) for name, obs in latencies.items()
     }
-    queue = ok_df["queue_time_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
+    queue = df["queue_time_ns"].to_numpy(dtype=np.float64, na_value=np.nan)[sel][ok]
     queue = queue[np.isfinite(queue)]  # what the target reported, for requests that ended ok
     block["latency_ms"]["queue"] = latency_percentiles(
         censored.Observations(queue, np.ones(len(queue), dtype=bool))
     )
-    out_tokens = float(ok_df["output_tokens"].sum())
-    good = met.sum()
+    tokens = df["output_tokens"].to_numpy(dtype=np.float64)[sel]
+    good = int(good_mask.sum())
     block["throughput"] = {
-        "requests_per_s": len(ok_df) / window_s if window_s > 0 else None,
-        "output_tokens_per_s": out_tokens / window_s if window_s > 0 else None,
+        "requests_per_s": int(ok.sum()) / window_s if window_s > 0 else None,
+        "output_tokens_per_s": float(tokens[ok].sum()) / window_s if window_s > 0 else None,
     }
     block["goodput"] = {
         "requests_per_s": float(good) / window_s if window_s > 0 else None,
-        "output_tokens_per_s": float(df["output_tokens"].to_numpy()[met].sum()) / window_s
-        if window_s > 0
-        else None,
+        "output_tokens_per_s": float(tokens[good_mask].sum()) / window_s if window_s > 0 else None,
     }
-    block["slo_attainment"] = float(good / len(df)) if len(df) else None
-    block["rejected_share"] = counts["rejected"] / len(df) if len(df) else None
+    block["slo_attainment"] = float(good / n) if n else None
+    block["rejected_share"] = counts["rejected"] / n if n else None
     return block
 
 
@@ -237,6 +240,16 @@ def backlogged_fairness(
     }
 
 
+def _window(records: pd.DataFrame, start: float, end: float) -> pd.DataFrame:
+    """The records whose intended time is in [start, end] s. Records come in plan order, so the
+    window is one contiguous slice: taken without copying a million-row frame."""
+    t = records["t_intended_ns"].to_numpy(dtype=np.float64) / 1e9
+    if len(t) and np.all(t[1:] >= t[:-1]):
+        a, b = np.searchsorted(t, start, side="left"), np.searchsorted(t, end, side="right")
+        return records.iloc[a:b].reset_index(drop=True)
+    return records[(t >= start) & (t <= end)].reset_index(drop=True)
+
+
 def build_summary(
     records: pd.DataFrame,
     scn: Scenario,
@@ -251,8 +264,7 @@ def build_summary(
     """summary.json from a run's records. `solo_ttft_p99_ns`: each tenant's TTFT p99 when its
     requests run alone (the isolation figure's solo arm), where the caller could measure it."""
     start, end = measurement_window(scn, plan_span_s)
-    t = records["t_intended_ns"].to_numpy(dtype=np.float64) / 1e9
-    df = records[(t >= start) & (t <= end)].reset_index(drop=True)
+    df = _window(records, start, end)
     window = end - start
     timeout_s = scn.run.timeout
     names = {
@@ -293,6 +305,9 @@ def build_summary(
         "slo_classes": {},
     }
     summary["workloads"] = {}
+    window_s = max(10.0, min(60.0, window / 10)) if window > 0 else 10.0
+    # the timeline first, while nothing else is held: it is the largest transient
+    backlogged = backlogged_fairness(df, scn, start, end, window_s) if len(df) else {}
     for key, column in (
         ("tenants", "tenant"),
         ("slo_classes", "slo_class"),
@@ -301,18 +316,17 @@ def build_summary(
         values = df[column].to_numpy()
         for name in sorted(set(values)):
             rows = values == name
-            group = df[rows].reset_index(drop=True)
-            summary[key][name] = group_block(group, met[rows], window, latencies, rows)
+            summary[key][name] = group_block(df, met, window, latencies, rows)
             summary[key][name]["latency_ci_ms"] = latency_cis(latencies, rows)
+    summary["overall"]["latency_ci_ms"] = latency_cis(latencies, None) if len(df) else {}
+    cols.forget()  # the groups' curves; metrics_block recomputes them one group at a time
     summary["fairness"] = fairness_block(df, {t.id: t.weight for t in scn.tenants})
-    window_s = max(10.0, min(60.0, window / 10)) if window > 0 else 10.0
     timeline: dict[str, float | None] = {}
     if len(df):
         summary["fairness"].update(slowdown_block(df, scn))
         summary["fairness"]["starvation"] = starvation_block(df, scn)
         summary["fairness"].update(fairness_over_time(df, scn, window_s))
-        summary["fairness"].update(backlogged_fairness(df, scn, start, end, window_s))
-        summary["overall"]["latency_ci_ms"] = latency_cis(latencies, None)
+        summary["fairness"].update(backlogged)
         summary["drift"] = {
             "ttft_p99": drift_block(df, window_s, window_s / 2),
             "queue_depth": queue_depth_block(df),
