@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -133,19 +135,9 @@ def measure(
         stopped, loop_lags = result.stopped, result.loop_lag_ns
         header["clock"] = {"source": CLOCK_SOURCE, "t0_ns": result.t0_ns}
     else:
-        info, base_url = {"kind": scn.target.kind}, options.base_url
-        if setup:
-            info = dict(make_target(scn, base_url, None, setup).info())
-        server = None
-        if scn.target.kind == "reference" and base_url is None:
-            from fairbench.targets.reference import ReferenceServer
-
-            server = ReferenceServer(scn)
-            base_url = server.start()
-            info = server.info()
-        try:
+        with shared_target(scn, options, setup, run_dir) as (info, base_url, keys):
             stopped, loop_lags, t0 = run_sharded(
-                server.keys if server is not None else None,
+                keys,
                 plan_path,
                 plan,
                 scn,
@@ -157,12 +149,32 @@ def measure(
                 setup,
             )
             header["clock"] = {"source": CLOCK_SOURCE, "t0_ns": t0}
-        finally:
-            if server is not None:
-                server.stop(run_dir / "server_metrics.prom")
     info = {**info, **scrape_report(run_dir)}  # a failing scraper is reported, not swallowed
     rows = read_journals(run_dir)
     return Measurement(run_dir, scn, plan, rows, header, info, stopped, loop_lags, workers)
+
+
+@contextmanager
+def shared_target(
+    scn: Scenario, options: RunOptions, setup: dict[str, Any], run_dir: Path
+) -> Iterator[tuple[dict[str, Any], str | None, dict[str, str] | None]]:
+    """The one target every generator process shares: (info, base URL, tenant keys). For a
+    `reference` target without a URL, the server is started here and stopped (its last
+    /metrics saved into the run directory) when the block ends."""
+    info, base_url = {"kind": scn.target.kind}, options.base_url
+    if setup:
+        info = dict(make_target(scn, base_url, None, setup).info())
+    if scn.target.kind != "reference" or base_url is not None:
+        yield info, base_url, None
+        return
+    from fairbench.targets.reference import ReferenceServer
+
+    server = ReferenceServer(scn)
+    base_url = server.start()
+    try:
+        yield server.info(), base_url, server.keys
+    finally:
+        server.stop(run_dir / "server_metrics.prom")
 
 
 def _measure_ray(
@@ -180,20 +192,10 @@ def _measure_ray(
     """The shards on Ray actors (fairbench.run.ray_shards); one server, one scraper, here."""
     from fairbench.run.ray_shards import run_ray
 
-    info, base_url = {"kind": scn.target.kind}, options.base_url
-    if setup:
-        info = dict(make_target(scn, base_url, None, setup).info())
-    server = None
-    if scn.target.kind == "reference" and base_url is None:
-        from fairbench.targets.reference import ReferenceServer
-
-        server = ReferenceServer(scn)
-        base_url = server.start()
-        info = server.info()
-    try:
+    with shared_target(scn, options, setup, run_dir) as (info, base_url, keys):
         result = run_ray(
             options.ray or "auto",
-            server.keys if server is not None else None,
+            keys,
             plan_path,
             plan,
             scn,
@@ -205,9 +207,6 @@ def _measure_ray(
             setup,
             options.ray_resources,
         )
-    finally:
-        if server is not None:
-            server.stop(run_dir / "server_metrics.prom")
     header["clock"] = {
         "source": CLOCK_SOURCE,
         "t0_ns": result.t0,

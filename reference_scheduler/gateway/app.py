@@ -43,6 +43,7 @@ from reference_scheduler.gateway.relay import (
     usage_counts,
 )
 from reference_scheduler.server.config import TenantEntry
+from reference_scheduler.server.http import openai_errors, serve_until_cancelled, start_app
 from reference_scheduler.server.metrics import GatewayMetrics
 from reference_scheduler.server.requests import (
     BadRequest,
@@ -563,26 +564,12 @@ class Gateway:
         return web.Response(body=self.metrics.render(), content_type="text/plain", charset="utf-8")
 
 
-@web.middleware
-async def _errors(request: web.Request, handler: Callable[..., Any]) -> web.StreamResponse:
-    """Unknown routes and wrong methods get OpenAI-shaped errors too."""
-    try:
-        return await handler(request)
-    except web.HTTPException as error:
-        if error.status < 400:
-            raise
-        kind = "not_found_error" if error.status == 404 else "invalid_request_error"
-        return error_response(BadRequest(error.status, error.reason, kind))
-    except BadRequest as error:
-        return error_response(error)
-
-
 GATEWAY = web.AppKey("gateway", Gateway)
 
 
 def build_gateway_app(config: GatewayConfig) -> web.Application:
     gateway = Gateway(config)
-    app = web.Application(middlewares=[_errors], client_max_size=64 * 1024 * 1024)
+    app = web.Application(middlewares=[openai_errors], client_max_size=64 * 1024 * 1024)
     app[GATEWAY] = gateway
 
     async def on_startup(app: web.Application) -> None:
@@ -607,14 +594,8 @@ async def start_gateway(
     """Start the app; (runner, base URL). Handlers are cancelled when their client goes away,
     which is how a request waiting in the queue, or on its upstream, learns of it."""
     app = build_gateway_app(config)
-    runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
-    await runner.setup()
     spec = config.server.spec
-    site = web.TCPSite(runner, host or spec.host, spec.port if port is None else port)
-    await site.start()
-    sockets = getattr(site._server, "sockets", None) or []
-    bound = sockets[0].getsockname() if sockets else (host, port)
-    return runner, f"http://{bound[0]}:{bound[1]}"
+    return await start_app(app, host or spec.host, spec.port if port is None else port)
 
 
 async def serve_gateway(
@@ -624,12 +605,7 @@ async def serve_gateway(
     ready: Callable[[str], None] | None = None,
 ) -> None:
     runner, url = await start_gateway(config, host, port)
-    if ready is not None:
-        ready(url)
-    try:
-        await asyncio.Event().wait()
-    finally:
-        await runner.cleanup()
+    await serve_until_cancelled(runner, url, ready)
 
 
 __all__ = ["GATEWAY", "Gateway", "build_gateway_app", "serve_gateway", "start_gateway"]

@@ -24,6 +24,7 @@ from reference_scheduler.core.tokenizer import VOCAB, count_tokens, token_ids
 from reference_scheduler.drivers.realtime import RealtimeDriver, Stream
 from reference_scheduler.server.config import ServerConfig, TenantEntry
 from reference_scheduler.server.faults import FaultRule, Faults
+from reference_scheduler.server.http import openai_errors, serve_until_cancelled, start_app
 from reference_scheduler.server.metrics import SchedulerMetrics
 from reference_scheduler.server.openapi import OPENAPI
 from reference_scheduler.server.requests import (
@@ -448,26 +449,12 @@ class Api:
         return web.json_response(OPENAPI)
 
 
-@web.middleware
-async def _errors(request: web.Request, handler: Callable[..., Any]) -> web.StreamResponse:
-    """Unknown routes and wrong methods get OpenAI-shaped errors too; nothing brings us down."""
-    try:
-        return await handler(request)
-    except web.HTTPException as error:
-        if error.status < 400:
-            raise
-        kind = "not_found_error" if error.status == 404 else "invalid_request_error"
-        return error_response(BadRequest(error.status, error.reason, kind))
-    except BadRequest as error:
-        return error_response(error)
-
-
 API = web.AppKey("api", Api)
 
 
 def build_app(config: ServerConfig) -> web.Application:
     api = Api(config)
-    app = web.Application(middlewares=[_errors], client_max_size=64 * 1024 * 1024)
+    app = web.Application(middlewares=[openai_errors], client_max_size=64 * 1024 * 1024)
     app[API] = api
 
     async def on_startup(app: web.Application) -> None:
@@ -497,22 +484,9 @@ async def serve(
     ready: Callable[[str], None] | None = None,
 ) -> None:
     app = build_app(config)
-    # A client that disconnects cancels its handler, whose `finally` cancels the job in the
-    # engine at once, even one still queued (it has written nothing that could fail).
-    runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
-    await runner.setup()
-    site = web.TCPSite(runner, host or config.spec.host, config.spec.port if port is None else port)
-    await site.start()
-    server = site._server
-    sockets = getattr(server, "sockets", None) or []
-    bound = sockets[0].getsockname() if sockets else (host, port)
-    url = f"http://{bound[0]}:{bound[1]}"
-    if ready is not None:
-        ready(url)
-    try:
-        await asyncio.Event().wait()
-    finally:
-        await runner.cleanup()
+    spec = config.spec
+    runner, url = await start_app(app, host or spec.host, spec.port if port is None else port)
+    await serve_until_cancelled(runner, url, ready)
 
 
 __all__ = ["Api", "build_app", "serve"]
