@@ -53,7 +53,9 @@ from reference_scheduler.server.requests import (
     max_tokens_of,
     prompt_of_chat,
     prompt_of_completion,
+    slo_class_of,
     stream_flags,
+    tenant_of,
 )
 
 log = logging.getLogger("reference_scheduler.gateway")
@@ -134,32 +136,10 @@ class Gateway:
     # -------------------------------------------------------------- tenancy and parsing
 
     def tenant_of(self, request: web.Request) -> TenantEntry:
-        auth = request.headers.get("Authorization", "")
-        key = auth[7:].strip() if auth.lower().startswith("bearer ") else None
-        if self.server.keys_required:
-            tenant = self.server.by_key.get(key or "")
-            if tenant is None:
-                raise BadRequest(
-                    401,
-                    "Incorrect or missing API key.",
-                    "authentication_error",
-                    code="invalid_api_key",
-                )
-            return tenant
-        return self.server.default_tenant
+        return tenant_of(request, self.server)
 
     def slo_class_of(self, request: web.Request, tenant: TenantEntry) -> str:
-        asked = request.headers.get("X-SLO-Class")
-        if asked is None:
-            return tenant.classes[0]
-        if asked not in tenant.classes:
-            raise BadRequest(
-                403,
-                f"tenant may not use SLO class {asked!r}; allowed: {tenant.classes}",
-                "permission_error",
-                "X-SLO-Class",
-            )
-        return asked
+        return slo_class_of(request, tenant)
 
     def _job(self, request: web.Request, raw: bytes, chat: bool) -> tuple[Job, dict[str, Any]]:
         tenant = self.tenant_of(request)

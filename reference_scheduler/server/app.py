@@ -35,7 +35,9 @@ from reference_scheduler.server.requests import (
     max_tokens_of,
     prompt_of_chat,
     prompt_of_completion,
+    slo_class_of,
     stream_flags,
+    tenant_of,
 )
 
 
@@ -51,33 +53,14 @@ class Api:
     # -------------------------------------------------------------- tenancy and parsing
 
     def tenant_of(self, request: web.Request) -> TenantEntry:
-        auth = request.headers.get("Authorization", "")
-        key = auth[7:].strip() if auth.lower().startswith("bearer ") else None
-        if self.config.keys_required:
-            tenant = self.config.by_key.get(key or "")
-            if tenant is None:
-                self.metrics.rejected(401)
-                raise BadRequest(
-                    401,
-                    "Incorrect or missing API key.",
-                    "authentication_error",
-                    code="invalid_api_key",
-                )
-            return tenant
-        return self.config.default_tenant
+        try:
+            return tenant_of(request, self.config)
+        except BadRequest as error:
+            self.metrics.rejected(error.status)
+            raise
 
     def slo_class_of(self, request: web.Request, tenant: TenantEntry) -> str:
-        asked = request.headers.get("X-SLO-Class")
-        if asked is None:
-            return tenant.classes[0]
-        if asked not in tenant.classes:
-            raise BadRequest(
-                403,
-                f"tenant may not use SLO class {asked!r}; allowed: {tenant.classes}",
-                "permission_error",
-                "X-SLO-Class",
-            )
-        return asked
+        return slo_class_of(request, tenant)
 
     async def body_of(self, request: web.Request) -> dict[str, Any]:
         body = json_object(await request.read())

@@ -12,6 +12,8 @@ from typing import Any
 
 from aiohttp import web
 
+from reference_scheduler.server.config import ServerConfig, TenantEntry
+
 
 class BadRequest(Exception):
     def __init__(
@@ -102,3 +104,36 @@ def prompt_of_completion(body: dict[str, Any]) -> str:
     if not isinstance(prompt, str):
         raise invalid("prompt must be a string.", "prompt")
     return prompt
+
+
+def tenant_of(request: web.Request, config: ServerConfig) -> TenantEntry:
+    """The tenant a request's API key names (401 for a missing or unknown key where keys are
+    required); tenancy comes from the key alone."""
+    auth = request.headers.get("Authorization", "")
+    key = auth[7:].strip() if auth.lower().startswith("bearer ") else None
+    if config.keys_required:
+        tenant = config.by_key.get(key or "")
+        if tenant is None:
+            raise BadRequest(
+                401,
+                "Incorrect or missing API key.",
+                "authentication_error",
+                code="invalid_api_key",
+            )
+        return tenant
+    return config.default_tenant
+
+
+def slo_class_of(request: web.Request, tenant: TenantEntry) -> str:
+    """The SLO class the request asks for (`X-SLO-Class`), if its tenant may use it (403)."""
+    asked = request.headers.get("X-SLO-Class")
+    if asked is None:
+        return tenant.classes[0]
+    if asked not in tenant.classes:
+        raise BadRequest(
+            403,
+            f"tenant may not use SLO class {asked!r}; allowed: {tenant.classes}",
+            "permission_error",
+            "X-SLO-Class",
+        )
+    return asked
