@@ -117,11 +117,11 @@ SKIPPED: dict[str, str] = {
     "kubectl wait --for=condition=RayClusterProvisioned raycluster/fairbench "
     "--timeout=10m": KUBERAY,
     "HEAD=$(kubectl get pod -l ray.io/cluster=fairbench,ray.io/node-type=head -o name)": KUBERAY,
-    'kubectl cp my-scenario.yaml "${HEAD#pod/}":/tmp/my-scenario.yaml': KUBERAY,
-    'kubectl exec "$HEAD" -- fairbench run /tmp/my-scenario.yaml --ray auto --workers 4 '
-    "--ray-resource fairbench-gen --target-url https://llm.example.com --out /tmp/run-prod "
+    'kubectl cp my-scenario.yaml "${HEAD#pod/}":my-scenario.yaml': KUBERAY,
+    'kubectl exec "$HEAD" -- fairbench run my-scenario.yaml --ray auto --workers 4 '
+    "--ray-resource fairbench-gen --target-url https://llm.example.com --out reports/run-prod "
     "--quiet": KUBERAY,
-    'kubectl cp "${HEAD#pod/}":/tmp/run-prod ./reports/run-prod': KUBERAY,
+    'kubectl cp "${HEAD#pod/}":reports/run-prod ./reports/run-prod': KUBERAY,
     **(
         {}
         if importlib.util.find_spec("ray")
