@@ -21,10 +21,12 @@ Profiles are data: one YAML file each in `profiles/`, with their sources; users 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 PROFILE_DIR = Path(__file__).parents[1] / "profiles"
@@ -114,3 +116,35 @@ def load_profile(spec: str | dict[str, Any], where: str = "profile") -> Profile:
         data.setdefault("name", path.stem)
         data.pop("fit", None)  # how the coefficients were fitted, and the residuals: provenance
     return profile_from_mapping(data, where)
+
+
+class StepNoise:
+    """Multiplicative lognormal noise on step times, mean 1 and coefficient of variation `cv`.
+
+    Each replica has its own stream, refilled 4,096 draws at a time from the engine's one
+    seeded generator, so a run with the same seed draws the same noise in the same order."""
+
+    __slots__ = ("_at", "_buffer", "_rng", "_sigma")
+
+    def __init__(self, rng: np.random.Generator, cv: float) -> None:
+        self._rng = rng
+        self._sigma = math.sqrt(math.log1p(cv * cv))
+        self._buffer: np.ndarray | None = None
+        self._at = 0
+
+    @classmethod
+    def per_replica(cls, cv: float, seed: int, n: int) -> list[StepNoise | None]:
+        """One stream per replica over one generator; None each when there is no noise."""
+        if cv <= 0:
+            return [None] * n
+        rng = np.random.default_rng(seed)
+        return [cls(rng, cv) for _ in range(n)]
+
+    def __call__(self) -> float:
+        if self._buffer is None or self._at >= len(self._buffer):
+            sigma = self._sigma
+            self._buffer = self._rng.lognormal(-0.5 * sigma * sigma, sigma, 4096)
+            self._at = 0
+        value = float(self._buffer[self._at])
+        self._at += 1
+        return value

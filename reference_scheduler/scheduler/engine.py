@@ -29,12 +29,10 @@ recompute's prefill yields) and a run of decode steps; preempted jobs keep the l
 from __future__ import annotations
 
 import heapq
-import math
 from collections import deque
 
-import numpy as np
-
 from reference_scheduler.core.admission import Admission, AdmissionSpec
+from reference_scheduler.core.costmodel import StepNoise
 from reference_scheduler.core.job import Job
 from reference_scheduler.core.policy import Policy, Verdict
 from reference_scheduler.core.preemption import Preemption, PreemptionSpec
@@ -82,7 +80,6 @@ class Replica:
         "free_blocks",
         "index",
         "noise",
-        "noise_at",
         "pending",
         "prefilling",
         "result",
@@ -110,8 +107,7 @@ class Replica:
         self.resume: list[tuple[int, int, Job]] = []  # (tier rank, seq, job) preempted here
         self.extra_ns = 0  # swap traffic charged to the next step
         self.result = StepResult(index)
-        self.noise: np.ndarray | None = None
-        self.noise_at = 0
+        self.noise: StepNoise | None = None
 
 
 class Engine:
@@ -134,9 +130,11 @@ class Engine:
         self.policy.bind(config.replicas * self.profile.max_num_seqs)
         self._uses_charge = bool(getattr(self.policy, "uses_charge", True))
         self._seq = 0
-        cv = config.spec.step_noise_cv
-        self._noise_sigma = math.sqrt(math.log1p(cv * cv)) if cv > 0 else 0.0
-        self._noise_rng = np.random.default_rng(config.spec.seed)
+        noise = StepNoise.per_replica(
+            config.spec.step_noise_cv, config.spec.seed, len(self.replicas)
+        )
+        for rep, stream in zip(self.replicas, noise, strict=True):
+            rep.noise = stream
         spec = config.spec
         # Always present: with no limits it admits everything and just keeps the waiting counts
         # per tenant and class that the metrics report.
@@ -454,8 +452,8 @@ class Engine:
             return None
 
         ms = prof.step_ms(n, decoding, rep.context)
-        if self._noise_sigma:
-            ms *= self._noise(rep)
+        if rep.noise is not None:
+            ms *= rep.noise()
         duration = (int(ms * 1e6) or 1) + extra
         rep.extra_ns = 0
         end = now_ns + duration
@@ -511,15 +509,6 @@ class Engine:
                 if self._uses_charge:
                     self.policy.charge(job, end, 0, 1)
         return res
-
-    def _noise(self, rep: Replica) -> float:
-        if rep.noise is None or rep.noise_at >= len(rep.noise):
-            sigma = self._noise_sigma
-            rep.noise = self._noise_rng.lognormal(-0.5 * sigma * sigma, sigma, 4096)
-            rep.noise_at = 0
-        value = float(rep.noise[rep.noise_at])
-        rep.noise_at += 1
-        return value
 
     def busy(self, r: int) -> bool:
         rep = self.replicas[r]

@@ -46,13 +46,11 @@ docs/simulator.md for the measured rates.
 from __future__ import annotations
 
 import heapq
-import math
 from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
-
+from reference_scheduler.core.costmodel import StepNoise
 from reference_scheduler.core.job import Job
 from reference_scheduler.core.policy import Verdict
 from reference_scheduler.scheduler.config import SchedulerConfig
@@ -113,7 +111,7 @@ class WaitingQueue:
 class VllmReplica:
     """One vLLM instance's state: the running list, the free KV blocks, the step history."""
 
-    __slots__ = ("decode_ends", "free_blocks", "index", "noise", "noise_at", "result", "running")
+    __slots__ = ("decode_ends", "free_blocks", "index", "noise", "result", "running")
 
     def __init__(self, index: int, blocks: int) -> None:
         self.index = index
@@ -121,8 +119,7 @@ class VllmReplica:
         self.free_blocks = blocks
         self.decode_ends: list[int] = []  # the end time of every step (tokens index into it)
         self.result = StepResult(index)
-        self.noise: np.ndarray | None = None
-        self.noise_at = 0
+        self.noise: StepNoise | None = None
 
     @property
     def steps(self) -> int:
@@ -153,9 +150,11 @@ class VllmEngine:
         self.preemptions = 0
         self.recompute_tokens = 0
         self._seq = 0
-        cv = config.spec.step_noise_cv
-        self._noise_sigma = math.sqrt(math.log1p(cv * cv)) if cv > 0 else 0.0
-        self._noise_rng = np.random.default_rng(config.spec.seed)
+        noise = StepNoise.per_replica(
+            config.spec.step_noise_cv, config.spec.seed, len(self.replicas)
+        )
+        for rep, stream in zip(self.replicas, noise, strict=True):
+            rep.noise = stream
 
     # ------------------------------------------------------------------ requests
 
@@ -338,8 +337,8 @@ class VllmEngine:
             return None
         n_prefill, n_decode, context = terms
         ms = self.profile.step_ms(n_prefill, n_decode, context)
-        if self._noise_sigma:
-            ms *= self._noise(rep)
+        if rep.noise is not None:
+            ms *= rep.noise()
         duration = int(ms * 1e6) or 1
         end = now_ns + duration
         k = len(rep.decode_ends)
@@ -393,15 +392,6 @@ class VllmEngine:
             self._close_run(job, r)
             res.finished.append(job)
         return res
-
-    def _noise(self, rep: VllmReplica) -> float:
-        if rep.noise is None or rep.noise_at >= len(rep.noise):
-            sigma = self._noise_sigma
-            rep.noise = self._noise_rng.lognormal(-0.5 * sigma * sigma, sigma, 4096)
-            rep.noise_at = 0
-        value = float(rep.noise[rep.noise_at])
-        rep.noise_at += 1
-        return value
 
     def busy(self, r: int) -> bool:
         return bool(self.replicas[r].running)
