@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, ConfigDict, Field
 
 from reference_scheduler.core.job import Job
-from reference_scheduler.core.policy import Verdict
+from reference_scheduler.core.policy import Policy, Verdict
 
 
 class AdmissionSpec(BaseModel):
@@ -108,6 +108,21 @@ class Admission:
             job.max_tokens = spec.degrade_max_tokens
             self.degraded += 1
         return None
+
+    def enter(self, job: Job, now_ns: int, policy: Policy) -> Verdict:
+        """The one way into a scheduler's queue, for the engine and the gateway alike: the
+        admission checks (where any are configured), then the policy's own verdict; a refused
+        job is marked rejected with its code and Retry-After, an accepted one is counted."""
+        verdict = self.check(job, now_ns) if self.limited else None
+        if verdict is None:
+            verdict = policy.enqueue(job, now_ns)
+            if verdict.accepted:
+                self.entered(job)
+                return verdict
+        job.status = "rejected"
+        job.reject_code = verdict.code
+        job.retry_after_s = verdict.retry_after_s
+        return verdict
 
     def entered(self, job: Job) -> None:
         self.waiting += 1

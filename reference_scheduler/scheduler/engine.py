@@ -160,21 +160,7 @@ class Engine:
             job.status = "rejected"
             job.reject_code = 400
             return Verdict(False, 400, 0, "context_length_exceeded")
-        if self.admission.limited:
-            refusal = self.admission.check(job, now_ns)
-            if refusal is not None:  # never enters the scheduler
-                job.status = "rejected"
-                job.reject_code = refusal.code
-                job.retry_after_s = refusal.retry_after_s
-                return refusal
-        verdict = self.policy.enqueue(job, now_ns)
-        if not verdict.accepted:
-            job.status = "rejected"
-            job.reject_code = verdict.code
-            job.retry_after_s = verdict.retry_after_s
-        else:
-            self.admission.entered(job)
-        return verdict
+        return self.admission.enter(job, now_ns, self.policy)
 
     def cancel(self, job: Job, now_ns: int) -> bool:
         """Stop a job wherever it is (client went away). True if it was still live."""
