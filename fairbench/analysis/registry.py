@@ -53,6 +53,8 @@ class Metric:
     ci: str = "none in the summary; compare bootstraps it"
     compute: Compute | None = None  # request-level figures; None for timeline figures
     scale: float = 1.0  # summary unit per computed unit (ns → ms: 1e-6)
+    latency: tuple[str, float] | None = None  # a percentile: (which latency, q)
+    share_of: Callable[[Cols], np.ndarray] | None = None  # a share's population (Wilson CI)
 
     @property
     def kind(self) -> str:
@@ -70,10 +72,18 @@ def _quantile(which: str, q: float) -> Compute:
     return compute
 
 
-def _share(column: str, population: str | None = None) -> Compute:
+def _everyone(c: Cols) -> np.ndarray:
+    return np.ones(len(c), dtype=bool)
+
+
+def _with_ttft_slo(c: Cols) -> np.ndarray:
+    """Admitted requests of classes with a TTFT SLO."""
+    return c.ttft_x & np.isfinite(c.slo_ttft)
+
+
+def _share(column: str, population: Callable[[Cols], np.ndarray] = _everyone) -> Compute:
     def compute(c: Cols, mask: np.ndarray | None) -> Value:
-        pop = np.ones(len(c), dtype=bool) if population is None else getattr(c, population)
-        sel = _mask(c, mask, pop)
+        sel = _mask(c, mask, population(c))
         return (float(getattr(c, column)[sel].mean()) if sel.any() else math.nan), False
 
     return compute
@@ -101,7 +111,7 @@ def _throughput_share(c: Cols, mask: np.ndarray | None) -> Value:
 
 
 def _starved(c: Cols, mask: np.ndarray | None) -> Value:
-    pop = _mask(c, mask, c.ttft_x & np.isfinite(c.slo_ttft))
+    pop = _mask(c, mask, _with_ttft_slo(c))
     if not pop.any():
         return math.nan, False
     late = ~c.ttft_o | (c.ttft_t > 10.0 * np.nan_to_num(c.slo_ttft, nan=np.inf))
@@ -192,6 +202,7 @@ def _latency(name: str, which: str, q: float, what: str, headline: bool = False)
         ci=_KM_CI,
         compute=_quantile(which, q),
         scale=1e-6,
+        latency=(which, q),
     )
 
 
@@ -220,6 +231,7 @@ METRICS: tuple[Metric, ...] = (
         headline=True,
         ci="Wilson score interval",
         compute=_share("met"),
+        share_of=_everyone,
     ),
     Metric(
         "goodput",
@@ -264,6 +276,7 @@ METRICS: tuple[Metric, ...] = (
         absolute=True,
         ci="Wilson score interval",
         compute=_share("rejected"),
+        share_of=_everyone,
     ),
     Metric(
         "unfinished_share",
@@ -276,6 +289,7 @@ METRICS: tuple[Metric, ...] = (
         absolute=True,
         ci="Wilson score interval",
         compute=_share("unfinished"),
+        share_of=_everyone,
     ),
     Metric(
         "starved_share",
@@ -290,6 +304,7 @@ METRICS: tuple[Metric, ...] = (
         headline=True,
         ci="Wilson score interval",
         compute=_starved,
+        share_of=_with_ttft_slo,
     ),
     Metric(
         "isolation",
@@ -506,18 +521,12 @@ def _entry(metric: Metric, c: Cols, mask: np.ndarray | None) -> dict[str, Any]:
     assert metric.compute is not None
     value, bound = metric.compute(c, mask)
     entry: dict[str, Any] = {"value": _clean(value * metric.scale), "lower_bound": bound}
-    if metric.quantile is not None:
-        q = float(metric.name.rsplit("_p", 1)[1]) / 100
-        which = metric.name.split("_", 1)[0]
+    if metric.latency is not None:
+        which, q = metric.latency
         est = censored.quantile_estimate(c.obs(which, mask), q)
         entry.update(est.as_dict(scale=metric.scale))
-    elif metric.ci == "Wilson score interval":
-        pop = {
-            "slo_attainment": np.ones(len(c), dtype=bool),
-            "rejected_share": np.ones(len(c), dtype=bool),
-            "unfinished_share": np.ones(len(c), dtype=bool),
-            "starved_share": c.ttft_x & np.isfinite(c.slo_ttft),
-        }[metric.name]
+    elif metric.share_of is not None:
+        pop = metric.share_of(c)
         n = int(pop.sum() if mask is None else (pop & mask).sum())
         if n and math.isfinite(value):
             est = proportion_ci(round(value * n), n)
@@ -540,11 +549,12 @@ def metrics_block(
     order `c`'s codes use; `timeline_values`: the overall timeline figures."""
     out: dict[str, Any] = {"overall": {}, "class": {}, "tenant": {}, "workload": {}}
     codes = {"class": c.cls, "tenant": c.tenant, "workload": c.workload}
-    for metric in METRICS:
+    for i, metric in enumerate(METRICS):
         if metric.compute is None:
             if "overall" in metric.groups:
+                value = timeline_values.get(metric.name)
                 out["overall"][metric.name] = {
-                    "value": _clean(timeline_values.get(metric.name) or math.nan),
+                    "value": None if value is None else _clean(value),
                     "lower_bound": False,
                 }
             continue
@@ -558,8 +568,9 @@ def metrics_block(
                 if not mask.any():
                     continue
                 out[group].setdefault(key, {})[metric.name] = _entry(metric, c, mask)
-        if metric.quantile is not None and metric.name.endswith("_p99"):
-            c.forget()  # this latency's curves are done with: bounded memory
+        following = METRICS[i + 1].latency if i + 1 < len(METRICS) else None
+        if metric.latency is not None and (following is None or following[0] != metric.latency[0]):
+            c.forget()  # the last percentile of this latency: its curves go (bounded memory)
     return out
 
 

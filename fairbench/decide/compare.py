@@ -232,9 +232,9 @@ def _change(metric: Metric, a: float, b: float) -> float:
 def _upper(name: Name, c: Cols, names: dict[str, list[str]], confidence: float) -> float:
     """The upper end of a run's own interval for a quantile row (what a bound must exceed)."""
     metric = name.metric
-    if metric.quantile is None:
+    if metric.latency is None:
         return -math.inf
-    which, q = metric.name.split("_", 1)[0], float(metric.name.rsplit("_p", 1)[1]) / 100
+    which, q = metric.latency
     est = censored.quantile_estimate(c.obs(which, _mask(c, name, names)), q, confidence)
     return est.high * metric.scale
 
