@@ -45,7 +45,11 @@ def scenario_file(
         "run": {"duration": duration, "seed": 3, "grace": "5s", "timeout": "20s"},
         # these tests judge the run directory, sharding and determinism, not this machine's
         # load: the generator's validity has tests of its own (tests/test_health.py)
-        "health": {"max_send_lag_p99": "10s", "min_rate_ratio": 0.5},
+        "health": {
+            "max_send_lag_p99": "10s",
+            "max_receive_delay_p99": "10s",
+            "min_rate_ratio": 0.5,
+        },
         "target": {"kind": kind},
         "scheduler": {"policy": "vtc", "profile": "h100-llama3-8b"},
     }

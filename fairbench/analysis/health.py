@@ -1,10 +1,17 @@
 """Generator health: was the load actually offered as planned? (MLPerf LoadGen's VALID/INVALID.)
 
-A run is INVALID, with the reason, when the generator's send lag p99 exceeds the threshold
-(default 5 ms), when a tenant's achieved send rate falls below `min_rate_ratio` of its planned
-rate, when the run was stopped before its schedule ended, or when no request succeeded (a run of
-failures measures the target's set-up, not its scheduling). Latency from a late generator is
-still recorded (from the intended time), but the offered load was not the plan's.
+A run is INVALID, with the reason, when the generator's send lag p99 exceeds the threshold (default
+5 ms), when its receive delay p99 exceeds its own (default 1 ms; measured where the transport has
+kernel receive stamps — fairbench.targets.http.stamped), when a tenant's achieved send rate falls
+below `min_rate_ratio` of its planned rate, when the run was stopped before its schedule ended, or
+when no request succeeded (a run of failures measures the target's set-up, not its scheduling).
+Latency from a late generator is still recorded (from the intended time), but the offered load was
+not the plan's.
+
+Send lag and receive delay are the two directions of the generator's own error. TTFT is taken
+from the kernel's receive stamp, so a late read does not move it; but a loop that reads late
+stamps every token it finds waiting at once (ITL collapses to zero, then one long gap) and is a
+loop that also sends late, so a late reader is a run whose token timing cannot be trusted.
 
 A late generator is nearly always a busy machine, so the lag reason says what the machine was
 doing (`MachineLoad`: load average, cores, the CPU this run's processes got) and what to try.
@@ -19,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fairbench.analysis.metrics import percentiles, send_lag_ns
+from fairbench.analysis.metrics import percentiles, receive_delay_ns, send_lag_ns
 from fairbench.workload.scenario import Scenario
 
 
@@ -28,6 +35,20 @@ def _rate(times_ns: np.ndarray) -> float | None:
         return None
     span = float(times_ns.max() - times_ns.min())
     return (len(times_ns) - 1) / (span / 1e9) if span > 0 else None
+
+
+def _server_rate_ratio(records: pd.DataFrame, rows: np.ndarray) -> float | None:
+    """The rate the server saw (from its own receive times, where it reports them) over the
+    planned rate of the same requests; None without such times."""
+    if "server_received_ns" not in records.columns:
+        return None
+    seen = records["server_received_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
+    have = rows & ~np.isnan(seen)
+    if have.sum() < 10:
+        return None
+    planned = _rate(records["t_intended_ns"].to_numpy(dtype=np.int64)[have])
+    server = _rate(seen[have].astype(np.int64))
+    return server / planned if planned and server is not None else None
 
 
 @dataclass(frozen=True)
@@ -47,6 +68,15 @@ class MachineLoad:
 
     def as_dict(self) -> dict[str, Any]:
         return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+
+def _ms(values: np.ndarray) -> dict[str, float | None]:
+    out = {
+        k: (None if v is None else round(v / 1e6, 4))
+        for k, v in percentiles(values.astype(np.float64), (50, 99)).items()
+    }
+    out["max"] = round(float(values.max()) / 1e6, 4) if len(values) else None
+    return out
 
 
 def lag_advice(machine: MachineLoad | None) -> str:
@@ -92,12 +122,11 @@ def generator_health(
     virtual: bool = False,
     machine: MachineLoad | None = None,
 ) -> dict[str, Any]:
-    lag = send_lag_ns(records)
-    lag_ms = {
-        k: (None if v is None else round(v / 1e6, 4)) for k, v in percentiles(lag, (50, 99)).items()
-    }
-    lag_ms["max"] = round(float(lag.max()) / 1e6, 4) if len(lag) else None
+    lag_ms = _ms(send_lag_ns(records))
     threshold_ms = scn.health.max_send_lag_p99 * 1e3
+    delay = receive_delay_ns(records)
+    delay_ms = _ms(delay) if len(delay) else None
+    delay_threshold_ms = scn.health.max_receive_delay_p99 * 1e3
     closed = scn.run.concurrency_cap
     reasons: list[str] = []
     if stopped:
@@ -108,6 +137,17 @@ def generator_health(
         reasons.append(
             f"generator fell behind: send lag p99 {lag_ms['p99']:.2f} ms > {threshold_ms:g} ms. "
             + lag_advice(machine)
+        )
+    if (
+        delay_ms is not None
+        and delay_ms["p99"] is not None
+        and delay_ms["p99"] > delay_threshold_ms
+    ):
+        reasons.append(
+            f"generator read responses late: receive delay p99 {delay_ms['p99']:.2f} ms > "
+            f"{delay_threshold_ms:g} ms (responses waited in the socket before the event loop "
+            "read them; TTFT is kernel-stamped, but tokens read together are stamped together, "
+            "so ITL and TPOT are not to be trusted). " + lag_advice(machine)
         )
     ok = int((records["status"] == "ok").sum()) if len(records) else 0
     if ok == 0:
@@ -142,6 +182,16 @@ def generator_health(
                 f"tenant {tenant}: achieved send rate {ratio:.3f} of planned "
                 f"(< {scn.health.min_rate_ratio:g})"
             )
+        seen = _server_rate_ratio(records, rows)
+        if seen is not None:
+            tenants[tenant]["server_seen_rate_ratio"] = seen
+            if seen < scn.health.min_rate_ratio and not stopped and not closed:
+                reasons.append(
+                    f"tenant {tenant}: the server received {seen:.3f} of the planned rate "
+                    f"(< {scn.health.min_rate_ratio:g}, by its own receive times): requests "
+                    "reached it later than the generator's send stamps say (socket buffers, the "
+                    "network, a server too busy to read them)"
+                )
     loop = None
     if loop_lag_ns is not None and len(loop_lag_ns):
         loop = {
@@ -158,6 +208,9 @@ def generator_health(
         "virtual_time": virtual,
         "send_lag_ms": lag_ms,
         "send_lag_threshold_ms": threshold_ms,
+        # None: not measured (virtual time, or no kernel receive stamps on this platform)
+        "receive_delay_ms": delay_ms,
+        "receive_delay_threshold_ms": delay_threshold_ms,
         "event_loop_lag_ms": loop,
         "machine": None if machine is None else machine.as_dict(),
         "tenants": tenants,

@@ -67,6 +67,16 @@ def send_lag_ns(df: pd.DataFrame) -> np.ndarray:
     return lag[~np.isnan(lag)]
 
 
+def receive_delay_ns(df: pd.DataFrame) -> np.ndarray:
+    """The generator's own receive delay (ns): per request, kernel receive stamp to the event
+    loop's read of the bytes that gave its first token (or, with no token, its end); only for
+    requests whose transport had kernel stamps."""
+    if "rx_delay_ns" not in df.columns:
+        return np.empty(0)
+    delay = _col(df, "rx_delay_ns")
+    return delay[~np.isnan(delay)]
+
+
 def percentiles(values: np.ndarray, qs: Sequence[float] = PERCENTILES) -> dict[str, float | None]:
     """Linear-interpolated percentiles of the finite values; None when there are none."""
     finite = values[np.isfinite(values)]

@@ -151,16 +151,34 @@ def server_series(metrics: pd.DataFrame | None, names: tuple[str, ...]) -> dict[
     return out
 
 
+def _thinned(t: np.ndarray, values: np.ndarray, max_points: int) -> tuple[list[float], ...]:
+    """At most ~`max_points` points for a scatter, the worst 5% always kept (they matter most)."""
+    step = max(1, len(t) // max_points)
+    worst = np.argsort(values)[-max(1, max_points // 20) :]
+    keep = np.union1d(np.arange(0, len(t), step), worst)
+    return t[keep].tolist(), values[keep].tolist()
+
+
 def send_lag(df: pd.DataFrame, max_points: int = 4000) -> dict[str, list[float]]:
     sent = df[df["t_sent_ns"].notna()]
     if not len(sent):
         return {"t": [], "lag_ms": []}
     t = sent["t_intended_ns"].to_numpy(float) / 1e9
     lag = (sent["t_sent_ns"].to_numpy(float) - sent["t_intended_ns"].to_numpy(float)) / 1e6
-    step = max(1, len(t) // max_points)
-    worst = np.argsort(lag)[-max(1, max_points // 20) :]  # keep the worst: they matter most
-    keep = np.union1d(np.arange(0, len(t), step), worst)
-    return {"t": t[keep].tolist(), "lag_ms": lag[keep].tolist()}
+    xs, ys = _thinned(t, lag, max_points)
+    return {"t": xs, "lag_ms": ys}
+
+
+def receive_delay(df: pd.DataFrame, max_points: int = 4000) -> dict[str, list[float]]:
+    """Per request, by intended time: the generator's receive delay (ms) at its first token."""
+    if "rx_delay_ns" not in df.columns:
+        return {"t": [], "delay_ms": []}
+    rows = df[df["rx_delay_ns"].notna()]
+    if not len(rows):
+        return {"t": [], "delay_ms": []}
+    t = rows["t_intended_ns"].to_numpy(float) / 1e9
+    xs, ys = _thinned(t, rows["rx_delay_ns"].to_numpy(float) / 1e6, max_points)
+    return {"t": xs, "delay_ms": ys}
 
 
 def detect_step(

@@ -76,6 +76,15 @@ def verdict_lines(summary: dict[str, Any]) -> list[str]:
             f"{_ms(lag.get('p99'))}/{_ms(lag.get('max'))} ms "
             f"(threshold p99 {health['send_lag_threshold_ms']:g} ms)"
         )
+        delay = health.get("receive_delay_ms")
+        if delay:
+            lines.append(
+                f"generator receive delay p50/p99/max: {_ms(delay.get('p50'))}/"
+                f"{_ms(delay.get('p99'))}/{_ms(delay.get('max'))} ms "
+                f"(kernel stamps; threshold p99 {health['receive_delay_threshold_ms']:g} ms)"
+            )
+        else:
+            lines.append("generator receive delay: not measured (no kernel receive stamps)")
     lines += [f"[yellow]warning: {w}[/]" for w in summary.get("warnings", [])]
     lines.append(f"accounting: {summary['accounting']['line']}")
     comp = summary.get("completion")

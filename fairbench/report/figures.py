@@ -307,7 +307,7 @@ def events(
 def send_lag(
     df: pd.DataFrame, health: Mapping[str, Any], window: tuple[float, float], t_end: float
 ) -> list[str]:
-    """The generator's send lag per request, with the INVALID line."""
+    """The generator's send lag and receive delay per request, with their INVALID lines."""
     lag = series.send_lag(df)
     fig = go.Figure(
         go.Scattergl(
@@ -329,13 +329,38 @@ def send_lag(
         )
     )
     shade_window(fig, window, t_end)
+    rx = series.receive_delay(df)
+    if rx["t"]:
+        fig.add_trace(
+            go.Scattergl(
+                x=rx["t"],
+                y=rx["delay_ms"],
+                mode="markers",
+                marker={"size": 3},
+                name="receive delay per request (kernel stamp to read)",
+            )
+        )
+        limit_rx = health.get("receive_delay_threshold_ms")
+        if limit_rx is not None:
+            fig.add_trace(
+                go.Scatter(
+                    x=[0, t_end],
+                    y=[limit_rx, limit_rx],
+                    mode="lines",
+                    name=f"INVALID if receive delay p99 above {limit_rx:g} ms",
+                    line={"dash": "dot", "color": "darkred"},
+                )
+            )
     title = f"Generator send lag (p99 {ms(health['send_lag_ms'].get('p99'))} ms)"
+    delay = health.get("receive_delay_ms")
+    if delay:
+        title += f" and receive delay (p99 {ms(delay.get('p99'))} ms)"
     if health.get("virtual_time"):
         title += " — virtual time: requests are sent exactly on time"
     fig.update_layout(
         title=title,
         xaxis_title=INTENDED_CLOCK,
-        yaxis_title="send lag (ms)",
+        yaxis_title="send lag, receive delay (ms)",
         yaxis_rangemode="tozero",
     )
     return [fig_html(fig, "send-lag")]

@@ -28,10 +28,12 @@ from typing import Any
 import numpy as np
 
 from fairbench.plan.model import Plan, PlannedRequest
+from fairbench.run.pacer import make_pacer
 from fairbench.run.records import JournalWriter, Record
 from fairbench.targets.base import Done, Failed, Started, Target, Token
 
 now_ns = time.perf_counter_ns
+_PREPARE_NS = 1_500_000  # build requests ahead only while the next send is this far off
 
 
 @dataclass
@@ -40,9 +42,10 @@ class ExecOptions:
     grace_s: float = 30.0  # after the last send (or a stop), before cancelling what is left
     concurrency_cap: int | None = None  # closed-loop experiments only
     lead_s: float = 0.25  # t0 lies this far after the executor starts
-    # Sleep until this close to a deadline, then spin (yielding to I/O). Event-loop timers are
-    # millisecond-grained (uvloop's are), so sub-millisecond sends need the last stretch spun.
-    # 1.2 ms measured best here (benchmarks/bench_generator.py): send-lag p99 ~0.1-0.3 ms.
+    # How to wait for a send time (fairbench.run.pacer): `auto` = a timerfd at the deadline
+    # where the platform has one (no CPU while waiting), else sleep to within `spin_s` of it and
+    # spin (yielding to I/O); `spin` forces the latter.
+    pacing: str = "auto"
     spin_s: float = 0.0012
 
 
@@ -69,6 +72,7 @@ class ExecResult:
     closed_loop_wait_ns: np.ndarray
     stopped: bool
     records: int
+    pacing: str = "timerfd"  # which pacer waited for the send times
 
 
 class Executor:
@@ -90,6 +94,8 @@ class Executor:
         self.worker = worker
         self.counters = counters or LiveCounters()
         self.counters.planned = len(self.indices)
+        # a transport that reads with kernel receive stamps can say how late it read
+        self.kernel_stamps = bool(getattr(target, "kernel_stamps", False))
         self.stop = asyncio.Event()
         # Per-request and per-tick state is kept compact: a Python int in a list costs ~36 bytes,
         # which a 30-minute soak at 80 requests/s (and 200 loop ticks/s) sees as a leak.
@@ -201,6 +207,7 @@ class Executor:
             rec.queue_time_ns = _opt_int(extra.get("queue_time_ns"))
             rec.preemptions = _opt_int(extra.get("preemptions"))
             rec.cached_tokens = _opt_int(extra.get("cached_tokens"))
+            rec.server_received_ns = _opt_int(extra.get("received_ns"))
         delivered = tokens if stream_tokens is None else stream_tokens
         wants_tokens = req.endpoint != "embeddings" and req.max_tokens > 0
         if wants_tokens and (rec.output_tokens == 0 or (req.stream and delivered == 0)):
@@ -246,6 +253,11 @@ class Executor:
         finally:
             rec.t_end_ns = now_ns() - t0
             rel = lambda t: t - t0 if t else None  # noqa: E731
+            rec.t_sent_ns = outcome.t_sent - t0  # the last byte's write, known by now
+            if self.kernel_stamps:
+                delay = outcome.rx_delay
+                rec.rx_delay_ns = delay if delay is not None and delay >= 0 else None
+                rec.rx_delay_max_ns = outcome.rx_delay_max if outcome.t_first_byte else None
             rec.t_first_byte_ns = rel(outcome.t_first_byte)
             rec.t_first_token_ns = rel(outcome.t_first_token)
             rec.t_last_token_ns = rel(outcome.t_last_token)
@@ -309,8 +321,8 @@ class Executor:
         monitor = asyncio.create_task(self._loop_monitor())
         flusher = asyncio.create_task(self._flusher())
         cap = asyncio.Semaphore(options.concurrency_cap) if options.concurrency_cap else None
-        spin = int(options.spin_s * 1e9)
-        sleep = asyncio.sleep
+        pacer = make_pacer(options.pacing, options.spin_s)
+        until = pacer.until
         sent_upto = 0
         stop = self.stop
         target = self.target
@@ -334,16 +346,13 @@ class Executor:
                 deadline = t0 + int(offsets[indices[position]])
                 # Idle time before this deadline builds the next requests, so a burst of
                 # arrivals costs one write each, not a prompt rendering each.
-                while ahead < n and ahead < position + 256 and deadline - now_ns() > spin + 200_000:
+                while ahead < n and ahead < position + 256 and deadline - now_ns() > _PREPARE_NS:
                     ready[ahead] = prepare(ahead)
                     ahead += 1
-                delay = deadline - now_ns()
-                if delay > spin:
-                    await sleep((delay - spin) / 1e9)
+                if deadline > now_ns():
+                    await until(deadline)  # I/O keeps flowing meanwhile
                     if stop.is_set():
                         break
-                while spin and now_ns() < deadline:
-                    await sleep(0)  # sub-millisecond aim; I/O keeps flowing meanwhile
                 if cap is not None:
                     waited = now_ns()
                     await cap.acquire()
@@ -376,6 +385,7 @@ class Executor:
                 await asyncio.gather(*self._tasks, return_exceptions=True)
             monitor.cancel()
             flusher.cancel()
+            pacer.close()
             self.journal.flush()
             gc.set_threshold(*thresholds)
             gc.unfreeze()
@@ -385,6 +395,7 @@ class Executor:
             np.asarray(self._cap_waits, dtype=np.int64),
             stop.is_set(),
             self._records,
+            pacer.kind,
         )
 
     async def _guarded(self, coro: Any, cap: asyncio.Semaphore | None) -> None:

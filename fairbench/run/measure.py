@@ -26,6 +26,7 @@ from fairbench.plan.materialize import materialize
 from fairbench.plan.model import Plan
 from fairbench.run.executor import ExecOptions
 from fairbench.run.live import Progress, live, uvloop_run
+from fairbench.run.pacer import resolve as resolve_pacing
 from fairbench.run.rundir import (
     RUN_SCHEMA_VERSION,
     RunOptions,
@@ -39,6 +40,7 @@ from fairbench.run.scrape import scrape_report
 from fairbench.run.shards import default_workers, run_sharded
 from fairbench.targets.engine_setup import ENGINE_KINDS, engine_setup
 from fairbench.targets.factory import make_target
+from fairbench.targets.http.stamped import describe as stamps_info
 from fairbench.targets.precheck import precheck
 from fairbench.workload.scenario import Scenario
 
@@ -133,7 +135,7 @@ def measure(
             )
         )
         stopped, loop_lags = result.stopped, result.loop_lag_ns
-        header["clock"] = {"source": CLOCK_SOURCE, "t0_ns": result.t0_ns}
+        header["clock"] = live_clock(result.t0_ns)
     else:
         with shared_target(scn, options, setup, run_dir) as (info, base_url, keys):
             stopped, loop_lags, t0 = run_sharded(
@@ -148,10 +150,22 @@ def measure(
                 progress,
                 setup,
             )
-            header["clock"] = {"source": CLOCK_SOURCE, "t0_ns": t0}
+            header["clock"] = live_clock(t0)
     info = {**info, **scrape_report(run_dir)}  # a failing scraper is reported, not swallowed
     rows = read_journals(run_dir)
     return Measurement(run_dir, scn, plan, rows, header, info, stopped, loop_lags, workers)
+
+
+def live_clock(t0_ns: int, **extra: str) -> dict[str, Any]:
+    """run.json's `clock` of a live run: the timeline, t0, and which stamps the transport took
+    (kernel receive stamps or user space; the send's last byte)."""
+    return {
+        "source": CLOCK_SOURCE,
+        "t0_ns": t0_ns,
+        **extra,
+        "stamps": stamps_info(),
+        "pacing": resolve_pacing(),
+    }
 
 
 @contextmanager
@@ -207,11 +221,9 @@ def _measure_ray(
             setup,
             options.ray_resources,
         )
-    header["clock"] = {
-        "source": CLOCK_SOURCE,
-        "t0_ns": result.t0,
-        "timeline": "the driver's: each actor's t0 is the driver's t0 in its own clock",
-    }
+    header["clock"] = live_clock(
+        result.t0, timeline="the driver's: each actor's t0 is the driver's t0 in its own clock"
+    )
     header["ray"] = {**result.info, "actors": result.actors}
     lags = [v for v in result.loop_lags.values() if len(v)]
     return Measurement(

@@ -30,7 +30,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-RECORD_SCHEMA_VERSION = 2  # 2: t_end_ns
+RECORD_SCHEMA_VERSION = 3  # 2: t_end_ns; 3: rx_delay_ns, rx_delay_max_ns, server_received_ns
 STATUSES = ("ok", "error", "timeout", "rejected", "cancelled")
 ERROR_KINDS = (
     "connect",  # could not connect / connection refused
@@ -73,6 +73,14 @@ class Record:
     # when the client stopped waiting, whatever the outcome: the time a request that never
     # finished was last seen (its latency is right-censored there; fairbench.analysis.censored)
     t_end_ns: int | None = None
+    # the generator's own receive delay: how long the bytes that gave the first token (or, with
+    # no token, the response's end) sat in the socket before the event loop read them (kernel
+    # receive stamp to user-space read); None where the platform has no kernel stamps
+    rx_delay_ns: int | None = None
+    rx_delay_max_ns: int | None = None  # the longest such wait of any read of this response
+    # when the server says it read the request, on the server's own clock (the reference server
+    # reports it): only differences mean anything — the rate the server saw
+    server_received_ns: int | None = None
     worker: int = 0
 
 

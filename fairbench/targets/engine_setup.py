@@ -19,6 +19,7 @@ from fairbench.targets.calibrate import (
     calibrate,
 )
 from fairbench.targets.engines import engine
+from fairbench.targets.http.client import tls_context
 from fairbench.workload.scenario import Scenario
 
 ENGINE_KINDS = ("vllm", "sglang", "tgi", "openai")
@@ -67,7 +68,9 @@ async def engine_setup(scn: Scenario, plan: Plan, base_url: str | None) -> dict[
         base = base[:-3]
     out: dict[str, Any] = {"calibration": None}
     headers = {"Authorization": f"Bearer {spec.api_key}"} if spec.api_key else {}
-    async with aiohttp.ClientSession(headers=headers) as session:
+    tls = tls_context(spec.ca_bundle) if base.startswith("https:") else None
+    connector = aiohttp.TCPConnector(ssl=tls) if tls else None
+    async with aiohttp.ClientSession(headers=headers, connector=connector) as session:
         out["model"] = spec.model or await discover_model(session, base) or "default"
         out["server_version"] = await server_version(session, base, spec.kind)
         e = engine(spec.kind)

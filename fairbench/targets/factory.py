@@ -48,6 +48,7 @@ def http_options(
         "api": spec.api,
         "priority": priority,
         "renderer": renderer,
+        "ca_bundle": spec.ca_bundle,
     }
 
 

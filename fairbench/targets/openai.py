@@ -27,12 +27,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from fairbench.plan.model import PlannedRequest
 from fairbench.targets.engines import Engine, engine
 from fairbench.targets.http.client import Outcome, Pool, request_bytes
+from fairbench.targets.http.stamped import kernel_stamps_available
 from fairbench.targets.http.wire import OPENAI, Dialect
 
 Renderer = Callable[[PlannedRequest], str]
@@ -81,6 +83,7 @@ class OpenAITarget:
         api: str = "openai",
         priority: Priority | None = None,
         renderer: Renderer = plan_prompt,
+        ca_bundle: str | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         if self.base_url.endswith("/v1"):
@@ -104,9 +107,11 @@ class OpenAITarget:
         self.calibration: dict[str, Any] | None = None  # set by fairbench.targets.calibrate
         self.server_version: str | None = None
         self.pool: Pool | None = None
+        self.ca_bundle = ca_bundle
+        self.kernel_stamps = kernel_stamps_available()
 
     async def open(self) -> None:
-        self.pool = Pool(self.base_url)
+        self.pool = Pool(self.base_url, self.ca_bundle)
 
     async def close(self) -> None:
         if self.pool is not None:
@@ -120,6 +125,8 @@ class OpenAITarget:
             "model": self.model,
             "api": self.api,
         }
+        if self.ca_bundle:
+            out["ca_bundle"] = Path(self.ca_bundle).name  # which file, not where it lives
         if self.server_version:
             out["server_version"] = self.server_version
         if self.priority is not None:

@@ -16,10 +16,12 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import Mapping
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import aiohttp
 
+from fairbench.targets.http.client import tls_context
 from fairbench.workload.scenario import Scenario, ScenarioError, target_url
 
 PRECHECK_TIMEOUT_S = 5.0  # per step; a server that cannot accept a connection in 5 s is not up
@@ -56,6 +58,7 @@ async def check_reachable(
     base_url: str,
     headers: Mapping[str, str] | None = None,
     timeout_s: float = PRECHECK_TIMEOUT_S,
+    ca_bundle: str | None = None,
     label: str = "target.base_url",
 ) -> None:
     """Raise `TargetUnreachable` unless `base_url` accepts a TCP connection and answers
@@ -65,6 +68,14 @@ async def check_reachable(
     host = parts.hostname or ""
     port = parts.port or (443 if parts.scheme == "https" else 80)
     where = f"{label} {base_url}"
+    tls = None
+    if parts.scheme == "https":
+        if ca_bundle and not Path(ca_bundle).is_file():
+            raise TargetUnreachable(
+                f"target.ca_bundle: no such file {ca_bundle}; give the PEM file of the CA that "
+                "signed the server's certificate. Checked before t0: nothing was run"
+            )
+        tls = tls_context(ca_bundle)
     try:
         _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
     except ConnectionRefusedError:
@@ -95,12 +106,21 @@ async def check_reachable(
     try:
         async with (
             aiohttp.ClientSession(timeout=timeout) as session,
-            session.get(url, headers=dict(headers or {}), allow_redirects=False) as resp,
+            session.get(
+                url, headers=dict(headers or {}), allow_redirects=False, ssl=tls or True
+            ) as resp,
         ):
             status, reason = resp.status, resp.reason or ""
     except TimeoutError:
         raise TargetUnreachable(
             f"{where}: timeout: GET {PROBE_PATH} got no answer within {timeout_s:g} s. "
+            "Checked before t0: nothing was run"
+        ) from None
+    except aiohttp.ClientConnectorCertificateError as error:
+        reason = getattr(error.certificate_error, "verify_message", None) or "not trusted"
+        raise TargetUnreachable(
+            f"{where}: the server's TLS certificate failed verification ({reason}); if it is "
+            "signed by a private CA, set target.ca_bundle to that CA's PEM file. "
             "Checked before t0: nothing was run"
         ) from None
     except aiohttp.ClientError as error:
@@ -133,4 +153,4 @@ async def precheck(scn: Scenario, override: str | None = None) -> None:
     if url is None:
         return
     label = "--target-url" if override is not None else "target.base_url"
-    await check_reachable(url, probe_headers(scn), label=label)
+    await check_reachable(url, probe_headers(scn), label=label, ca_bundle=scn.target.ca_bundle)

@@ -433,6 +433,11 @@ class TargetSpec(_Model):
     tokenizer: str | None = Field(
         None, description="a tokenizer.json to count tokens with, instead of the server's"
     )
+    ca_bundle: str | None = Field(
+        None,
+        description="https: a PEM file of the CA(s) to trust instead of the system's "
+        "(a private CA); certificates are always verified",
+    )
     metrics_url: str | None = Field(None, description="default: base_url + /metrics")
     scrape_interval: PositiveSeconds = Field(1.0, description="server metrics, live runs")
     faults: dict[str, Any] | None = Field(
@@ -443,6 +448,12 @@ class TargetSpec(_Model):
 
 class HealthSpec(_Model):
     max_send_lag_p99: PositiveSeconds = Field(0.005, description="above this the run is INVALID")
+    max_receive_delay_p99: PositiveSeconds = Field(
+        0.001,
+        description="the generator's own receive delay (kernel receive stamp to the event "
+        "loop's read, at each request's first token): above this p99 the run is INVALID; "
+        "checked where the platform gives kernel stamps",
+    )
     min_rate_ratio: Finite = Field(0.99, gt=0, le=1)
 
 

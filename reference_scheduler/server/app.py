@@ -162,6 +162,9 @@ class Api:
 
     def _timing(self, job: Job) -> dict[str, Any]:
         return {
+            # when this server read the request, on its own clock (only differences mean
+            # anything): lets the client check the rate the server saw, not only what it sent
+            "received_ns": job.arrival_ns,
             "queue_time_ns": job.admit_ns - job.arrival_ns if job.admit_ns >= 0 else None,
             "preemptions": job.preemptions,
             "cached_tokens": job.cached_tokens,

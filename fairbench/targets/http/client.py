@@ -3,12 +3,16 @@
 Why not aiohttp on the hot path: a streamed response costs aiohttp one coroutine switch per
 chunk plus its stream-reader machinery (~50–100 µs), and the time a token is stamped is the time
 the consuming coroutine happens to run, not when the bytes arrived. Here the response is parsed
-inside `data_received` — status line, headers, chunked or length framing, SSE events, the JSON of
-each event — and times are stamped the moment the bytes reach us. The waiting coroutine wakes
-once, when the response is complete. That is what keeps a 2-core machine at 1,000+ streamed
-requests/s with sub-millisecond client-added latency (see benchmarks/bench_generator.py).
+as it is read — status line, headers, chunked or length framing, SSE events, the JSON of each
+event — and times are the kernel's receive stamps of the bytes (fairbench.targets.http.stamped),
+so a busy event loop does not delay them; the user-space time of each read is kept as the
+generator's receive delay. The send is stamped when the request's last byte reached the kernel.
+The waiting coroutine wakes once, when the response is complete. That is what keeps a 2-core
+machine at 1,000+ streamed requests/s with sub-millisecond client-added latency (see
+benchmarks/bench_generator.py).
 
-Supports http and https, Content-Length, chunked and close-delimited bodies, keep-alive reuse,
+Supports http and https (verification on; `ca_bundle` for a private CA), Content-Length,
+chunked and close-delimited bodies, keep-alive reuse,
 and bounded buffers (an error body keeps at most 2 KiB; a whole JSON body at most 16 MiB).
 """
 
@@ -17,12 +21,14 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
 
 from fairbench.targets.http.sse import SSEParser
+from fairbench.targets.http.stamped import StampedTransport, open_stamped
 from fairbench.targets.http.wire import OPENAI, Dialect
 
 now_ns = time.perf_counter_ns
@@ -32,7 +38,12 @@ _MAX_HEAD = 64 << 10
 
 
 class Outcome:
-    """Everything one response told us, with transport-level timestamps (perf_counter_ns)."""
+    """Everything one response told us, with transport-level timestamps (perf_counter_ns).
+
+    `t_sent`: when the request's last byte reached the kernel. Receive times are the kernel's
+    stamps; `rx_delay` is how long the bytes that gave the first token (or, without tokens, the
+    response's end) waited in the socket before the event loop read them, `rx_delay_max` the
+    longest such wait of any read of the response."""
 
     __slots__ = (
         "body",
@@ -43,6 +54,8 @@ class Outcome:
         "itl_max",
         "kind",
         "retry_after",
+        "rx_delay",
+        "rx_delay_max",
         "status",
         "t_done",
         "t_first_byte",
@@ -58,6 +71,8 @@ class Outcome:
     def __init__(self, t_sent: int) -> None:
         self.t_sent = t_sent
         self.t_first_byte = self.t_first_token = self.t_last_token = self.t_done = 0
+        self.rx_delay: int | None = None
+        self.rx_delay_max = 0
         self.chunks = 0  # SSE events that carried text
         self.tokens = 0
         self.itl_max = 0
@@ -300,28 +315,47 @@ class _Response:
             self.outcome.fail("dropped", "the connection closed before any response")
 
 
-class _Conn(asyncio.Protocol):
+class _Conn:
+    """One keep-alive connection: one response at a time, fed by a `StampedTransport`."""
+
     __slots__ = ("pool", "response", "transport", "waiter")
 
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
-        self.transport: asyncio.Transport | None = None
+        self.transport: StampedTransport | None = None
         self.response: _Response | None = None
         self.waiter: asyncio.Future[Outcome] | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
 
     def send(self, request: bytes, response: _Response, waiter: asyncio.Future[Outcome]) -> None:
         self.response, self.waiter = response, waiter
         assert self.transport is not None
-        self.transport.write(request)
+        t = self.transport.write(request)
+        if t:
+            response.outcome.t_sent = t
 
-    def data_received(self, data: bytes) -> None:
+    def written(self, t: int) -> None:
+        """The request's last byte reached the kernel after a buffered write."""
+        if self.response is not None:
+            self.response.outcome.t_sent = t
+
+    def received(self, data: bytes, t_kernel: int | None, t_user: int) -> None:
+        """Bytes stamped at their (newest segment's) kernel arrival; `t_user - t_kernel` is how
+        late the event loop read them. A read without a kernel stamp is stamped in user space
+        and its delay is unknown (-1 marks it)."""
         response = self.response
         if response is None:
             return  # bytes after a complete response on an idle connection: ignore
-        response.feed(data, now_ns())
+        out = response.outcome
+        if t_kernel is None:
+            t_kernel, delay = t_user, -1
+        else:
+            delay = t_user - t_kernel
+            if delay > out.rx_delay_max:
+                out.rx_delay_max = delay
+        had_token = out.t_first_token
+        response.feed(data, t_kernel)
+        if out.rx_delay is None and (out.t_first_token != had_token or response.done):
+            out.rx_delay = delay
         if response.done:
             self._complete(response)
 
@@ -352,11 +386,11 @@ class _Conn(asyncio.Protocol):
 class Pool:
     """Keep-alive connections to one origin. No cap: an open loop opens what it needs."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, ca_bundle: str | Path | None = None) -> None:
         parts = urlsplit(url)
         self.host = parts.hostname or "127.0.0.1"
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
-        self.ssl = ssl.create_default_context() if parts.scheme == "https" else None
+        self.ssl = tls_context(ca_bundle) if parts.scheme == "https" else None
         self.host_header = parts.netloc
         self.idle: list[_Conn] = []
         self.all: set[_Conn] = set()
@@ -370,10 +404,8 @@ class Pool:
             self.idle.remove(conn)
 
     async def connect(self) -> _Conn:
-        loop = asyncio.get_running_loop()
-        _, conn = await loop.create_connection(
-            lambda: _Conn(self), self.host, self.port, ssl=self.ssl
-        )
+        conn = _Conn(self)
+        conn.transport = await open_stamped(self.host, self.port, conn, self.ssl)
         self.all.add(conn)
         return conn
 
@@ -452,3 +484,8 @@ def request_bytes(pool: Pool, path: str, body: bytes, headers: dict[str, str]) -
     ]
     lines += [f"{k}: {v}" for k, v in headers.items()]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+def tls_context(ca_bundle: str | Path | None = None) -> ssl.SSLContext:
+    """Verification on, always: the system's CAs, or only `ca_bundle`'s (a private CA)."""
+    return ssl.create_default_context(cafile=str(ca_bundle) if ca_bundle else None)

@@ -1,0 +1,345 @@
+"""Kernel receive stamps, the generator's receive delay, and HTTPS through the same transport.
+
+The server here is a plain threaded socket server that stamps its own writes on the same
+monotonic clock, so the assertions are orderings of instants, not timing thresholds: the
+kernel's receive stamp lies between the server's stamps around its write, and a user-space
+stamp taken after a 50 ms block of the event loop is at least 50 ms later than that — whatever
+the machine's load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import queue
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fairbench.analysis.health import generator_health
+from fairbench.plan.materialize import materialize
+from fairbench.run.records import records_frame
+from fairbench.targets.http.client import Pool, request_bytes
+from fairbench.targets.http.stamped import kernel_stamps_available
+from fairbench.targets.openai import OpenAITarget
+from fairbench.workload.scenario import parse_scenario
+from tests.loopback import execute
+
+now_ns = time.perf_counter_ns
+BLOCK_S = 0.05
+
+pytestmark = pytest.mark.skipif(
+    not kernel_stamps_available(), reason="no SO_TIMESTAMPNS on this platform (Linux has it)"
+)
+
+
+class SSEServer:
+    """Answers every POST with a 3-token SSE stream. Gated (the default), each answer is a
+    hand-off with the client: the server says it has the request (`seen`), waits until the
+    client's loop is blocked (`gate`), writes the first token — the write bracketed by
+    `wrote_before`/`wrote_after` — says so (`written`) and sends the rest once `release`d."""
+
+    def __init__(self, tls: ssl.SSLContext | None = None, gated: bool = True) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.tls = tls
+        self.gated = gated
+        self.seen: queue.Queue[int] = queue.Queue()
+        self.gate: queue.Queue[int] = queue.Queue()
+        self.written: queue.Queue[int] = queue.Queue()
+        self.release: queue.Queue[int] = queue.Queue()
+        self.wrote_before: list[int] = []
+        self.wrote_after: list[int] = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
+
+    def _serve(self) -> None:
+        self.listener.settimeout(30)
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+    def _handle(self, raw: socket.socket) -> None:
+        conn: Any = raw
+        # without it Nagle holds a small write until the last one is ACKed, which the client's
+        # delayed ACK can put off by 40 ms: the bytes then arrive (and are stamped) that late
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            if self.tls is not None:
+                conn = self.tls.wrap_socket(raw, server_side=True)
+            conn.settimeout(30)
+            while True:
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        return
+                    head += chunk
+                header, _, body = head.partition(b"\r\n\r\n")
+                length = 0
+                for line in header.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                while len(body) < length:
+                    body += conn.recv(65536)
+                self._answer(conn)
+        except (OSError, ssl.SSLError):
+            return
+        finally:
+            raw.close()
+
+    def _answer(self, conn: Any) -> None:
+        def chunk(obj: dict[str, Any] | str) -> bytes:
+            data = obj if isinstance(obj, str) else json.dumps(obj)
+            event = f"data: {data}\n\n".encode()
+            return f"{len(event):x}\r\n".encode() + event + b"\r\n"
+
+        token = {"choices": [{"index": 0, "text": " x", "finish_reason": None}]}
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
+        if self.gated:
+            self.seen.put(1)
+            self.gate.get(timeout=10)
+        self.wrote_before.append(now_ns())
+        conn.sendall(chunk(token))
+        self.wrote_after.append(now_ns())
+        if self.gated:
+            self.written.put(1)
+            self.release.get(timeout=10)
+        usage = {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}
+        last = {"choices": [{"index": 0, "text": " y", "finish_reason": "length"}]}
+        conn.sendall(chunk(token) + chunk(last) + chunk({"choices": [], "usage": usage}))
+        conn.sendall(chunk("[DONE]") + b"0\r\n\r\n")
+
+    def close(self) -> None:
+        self.listener.close()
+
+    def block_reads(self, release: bool = True) -> int:
+        """Call ON the client's event loop once the server has the request: the loop is blocked
+        before the first token is written and stays so 50 ms after; returns when that ended.
+        `release`: let the server send the rest now (else the caller does, later)."""
+        self.seen.get(timeout=10)
+        self.gate.put(1)
+        self.written.get(timeout=10)
+        time.sleep(BLOCK_S)
+        ended = now_ns()
+        if release:
+            self.release.put(1)
+        return ended
+
+
+@contextmanager
+def sse_server(tls: ssl.SSLContext | None = None, gated: bool = True) -> Iterator[SSEServer]:
+    server = SSEServer(tls, gated)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+async def _one_request(url: str, server: SSEServer, ca: str | None = None) -> tuple[Any, int]:
+    pool = Pool(url, ca)
+    try:
+        await pool.warm(1)
+        body = json.dumps({"model": "m", "prompt": "hi", "max_tokens": 3, "stream": True}).encode()
+        waiter, outcome = pool.start(request_bytes(pool, "/v1/completions", body, {}), True)
+        ended: list[int] = []
+        asyncio.get_running_loop().call_soon(lambda: ended.append(server.block_reads(False)))
+        # the rest is sent once the first token was read, so it has that read to itself
+        while not outcome.t_first_token and not waiter.done():
+            await asyncio.sleep(0.001)
+        server.release.put(1)
+        await asyncio.wait_for(waiter, 20)
+        return outcome, ended[0]
+    finally:
+        pool.close()
+
+
+def test_a_blocked_event_loop_does_not_move_the_kernel_stamped_first_token() -> None:
+    with sse_server() as server:
+        outcome, block_ended = asyncio.run(_one_request(server.url, server))
+    assert outcome.status == "ok", (outcome.kind, outcome.detail)
+    # the kernel stamped the token when the server's write queued it, not when we read it
+    assert server.wrote_before[0] <= outcome.t_first_token <= server.wrote_after[0]
+    # the loop read it only after the block; the difference is recorded as the receive delay
+    assert outcome.rx_delay is not None
+    assert outcome.t_first_token + outcome.rx_delay >= block_ended
+    assert outcome.rx_delay >= BLOCK_S * 1e9
+    assert outcome.rx_delay_max >= outcome.rx_delay
+    # the send is stamped once the request's bytes were written, before any answer came
+    assert 0 < outcome.t_sent < outcome.t_first_byte <= outcome.t_first_token
+
+
+def test_a_run_whose_reads_were_late_is_invalid_for_receive_delay(tmp_path: Path) -> None:
+    scn = parse_scenario(
+        {
+            "name": "rx",
+            "workloads": {"c": {"endpoint": "completions", "prompt_tokens": 4, "output_tokens": 3}},
+            "tenants": [{"id": "t", "mix": "c", "arrival": {"process": "constant", "rate": 5}}],
+            "run": {"requests": 3, "seed": 1, "timeout": "20s", "grace": "20s"},
+            "target": {"kind": "openai", "base_url": "http://127.0.0.1:1", "model": "m"},
+            "health": {"max_send_lag_p99": "10s", "min_rate_ratio": 0.01},
+        }
+    )
+    plan = materialize(scn)
+    with sse_server() as server:
+
+        async def go() -> list[dict[str, Any]]:
+            target = OpenAITarget(server.url, model="m")
+
+            def first_token_read() -> bool:
+                pool = target.pool
+                return pool is not None and any(
+                    c.response is not None and c.response.outcome.t_first_token for c in pool.all
+                )
+
+            async def blocker() -> None:  # each first token sits in the socket for 50 ms
+                for _ in range(len(plan)):
+                    while server.seen.empty():
+                        await asyncio.sleep(0.001)
+                    server.block_reads(release=False)  # on the loop: blocks every read
+                    while not first_token_read():  # then the rest, in reads of its own
+                        await asyncio.sleep(0.001)
+                    server.release.put(1)
+
+            task = asyncio.create_task(blocker())
+            rows = await execute(plan, target, tmp_path / "j.jsonl")
+            task.cancel()
+            return rows
+
+        rows = asyncio.run(go())
+    frame = records_frame(rows)
+    assert (frame["status"] == "ok").all(), frame[["status", "error_detail"]]
+    assert (frame["rx_delay_ns"] >= BLOCK_S * 1e9).all()
+    health = generator_health(frame, scn, np.zeros(1, dtype=np.int64))
+    assert not health["valid"]
+    assert any("receive delay p99" in r for r in health["invalid_reasons"]), health
+    assert health["receive_delay_ms"]["p99"] >= BLOCK_S * 1e3
+    # the same run judged with a bound above the delay is valid: the reason is the delay alone
+    loose = scn.model_copy(
+        update={"health": scn.health.model_copy(update={"max_receive_delay_p99": 5.0})}
+    )
+    assert generator_health(frame, loose, np.zeros(1, dtype=np.int64))["valid"]
+
+
+def test_receive_delay_is_not_judged_where_it_was_not_measured() -> None:
+    scn = parse_scenario(
+        {
+            "workloads": {"c": {"endpoint": "completions", "prompt_tokens": 4, "output_tokens": 3}},
+            "tenants": [{"id": "t", "mix": "c", "arrival": {"process": "constant", "rate": 5}}],
+            "run": {"requests": 4},
+        }
+    )
+    frame = records_frame(
+        [
+            {
+                "request_id": i,
+                "tenant": "t",
+                "slo_class": "interactive",
+                "workload": "c",
+                "endpoint": "completions",
+                "t_intended_ns": i * 200_000_000,
+                "t_sent_ns": i * 200_000_000,
+                "prompt_tokens": 4,
+                "max_tokens": 3,
+                "status": "ok",
+                "output_tokens": 3,
+            }
+            for i in range(4)
+        ]
+    )
+    health = generator_health(frame, scn)
+    assert health["receive_delay_ms"] is None and health["valid"], health
+
+
+# ---------------------------------------------------------------------------------- HTTPS
+
+
+@pytest.fixture(scope="module")
+def ca() -> Any:
+    trustme = pytest.importorskip("trustme", reason="pip install -e '.[dev]' brings trustme")
+    return trustme.CA()
+
+
+def _server_tls(ca: Any) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+    return context
+
+
+def test_https_with_a_private_ca_gets_kernel_stamps_too(ca: Any, tmp_path: Path) -> None:
+    bundle = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(bundle))
+    with sse_server(_server_tls(ca)) as server:
+        outcome, block_ended = asyncio.run(_one_request(server.url, server, str(bundle)))
+    assert outcome.status == "ok", (outcome.kind, outcome.detail)
+    assert outcome.tokens == 3
+    # a TLS record's stamp is its ciphertext's arrival: still before the loop's late read
+    assert server.wrote_before[0] <= outcome.t_first_token <= server.wrote_after[0]
+    assert outcome.t_first_token + outcome.rx_delay >= block_ended
+
+
+def test_https_verifies_certificates_by_default(ca: Any) -> None:
+    with sse_server(_server_tls(ca), gated=False) as server:
+
+        async def go() -> Any:
+            pool = Pool(server.url)  # the system's CAs: ours is not among them
+            try:
+                body = b'{"model": "m", "prompt": "hi", "max_tokens": 3, "stream": true}'
+                waiter, _ = pool.start(request_bytes(pool, "/v1/completions", body, {}), True)
+                return await asyncio.wait_for(waiter, 20)
+            finally:
+                pool.close()
+
+        outcome = asyncio.run(go())
+    assert outcome.status == "error" and outcome.kind == "connect"
+    assert "CERTIFICATE_VERIFY_FAILED" in outcome.detail
+
+
+def test_the_precheck_names_an_untrusted_certificate_in_one_line(ca: Any, tmp_path: Path) -> None:
+    from tests.cli import run_cli
+
+    with sse_server(_server_tls(ca), gated=False) as server:
+        scenario = tmp_path / "tls.yaml"
+        scenario.write_text(
+            json.dumps(
+                {
+                    "workloads": {"c": {"endpoint": "completions", "prompt_tokens": 4}},
+                    "tenants": [
+                        {"id": "t", "mix": "c", "arrival": {"process": "constant", "rate": 1}}
+                    ],
+                    "run": {"requests": 1},
+                    "target": {"kind": "openai", "base_url": server.url, "model": "m"},
+                }
+            )
+        )
+        proc = run_cli("run", str(scenario), "--out", str(tmp_path / "run"), "--quiet")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "certificate failed verification" in lines[0] and "target.ca_bundle" in lines[0]
+    assert not (tmp_path / "run" / "records.parquet").exists()
+
+
+def test_records_carry_receive_delay_columns() -> None:
+    frame = records_frame([])
+    assert {"rx_delay_ns", "rx_delay_max_ns", "server_received_ns"} <= set(frame.columns)
+    assert isinstance(frame, pd.DataFrame)
