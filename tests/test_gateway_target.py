@@ -124,12 +124,14 @@ def served(url: str) -> float:
 # ---------------------------------------------------------------- a run through the gateway
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
 def test_a_run_through_the_gateway_accounts_for_every_request(
-    upstream: str, tmp_path: Path
+    upstream: str, tmp_path: Path, workers: str
 ) -> None:
     """The scenario's upstream is overridden on the command line (`--set`), as a user points
     a shipped scenario at a live engine; the run ends valid, every request ok, the gateway's
-    /metrics scraped into it, and neither key anywhere in the run directory."""
+    /metrics scraped into it, and neither key anywhere in the run directory. With two
+    generator processes the one gateway is started by the parent and shared."""
     data = scenario(
         upstreams=[
             {"url": "http://127.0.0.1:1", "engine": "none", "max_inflight": 3},
@@ -154,6 +156,8 @@ def test_a_run_through_the_gateway_accounts_for_every_request(
         "--out",
         str(out),
         "--quiet",
+        "--workers",
+        workers,
         "--set",
         f"target.upstreams.0.url={upstream}",
         "--set",
@@ -176,6 +180,8 @@ def test_a_run_through_the_gateway_accounts_for_every_request(
     names = set(metrics["metric"])
     assert {"gateway_inflight", "gateway_upstream_healthy", "scheduler_queue_depth"} <= names
     assert "scheduler_wait_time_seconds_count" in names
+    if workers == "2":  # the shared gateway's last /metrics, as for a shared `serve`
+        assert b"gateway_inflight" in (out / "server_metrics.prom").read_bytes()
     run_scenario = yaml.safe_load((out / "scenario.yaml").read_text())
     assert [u["url"] for u in run_scenario["target"]["upstreams"]] == [upstream, upstream]
     for file in out.iterdir():
