@@ -148,7 +148,7 @@ async def check_metrics(
     if not 200 <= status < 300:
         raise TargetUnreachable(
             f"{label} {base_url}: GET /metrics failed ({detail}); the gateway reads saturation "
-            "there and would count this engine saturated all run. Fix its engine: (vllm, sglang, "
+            "there and would count this engine saturated all run. Check its engine: (vllm, sglang, "
             "tgi) or set engine: none. Checked before t0: nothing was run"
         )
 

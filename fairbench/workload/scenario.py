@@ -407,7 +407,7 @@ class PrioritySpec(_Model):
 class GatewayUpstream(_Model):
     """One engine behind the gateway (`target.upstreams`): the fields of the gateway file's
     `upstreams:` entries (reference_scheduler/gateway/config.py, `UpstreamSpec`), same names,
-    same defaults, so a block moves between the two files unchanged (tests/test_scenario_gateway.py
+    same defaults, so a block moves between the two files unchanged (tests/test_gateway_target.py
     keeps them equal). Kept here, not imported, so that loading a scenario does not load the
     gateway's HTTP stack."""
 
