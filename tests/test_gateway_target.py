@@ -320,8 +320,8 @@ def test_cli_bad_upstream_override_exits_2_with_one_line(tmp_path: Path) -> None
 
 
 def test_refused_gateway_lines_name_the_scenarios_fields() -> None:
-    err = "/tmp/x/server.yaml: upstreams[0].api_key_env: environment variable is not set\n"
-    assert config_lines(err, "/tmp/x/server.yaml") == [
+    err = "cfg/server.yaml: upstreams[0].api_key_env: environment variable is not set\n"
+    assert config_lines(err, "cfg/server.yaml") == [
         "target.upstreams[0].api_key_env: environment variable is not set"
     ]
 
