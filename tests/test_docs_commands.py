@@ -70,6 +70,10 @@ GATEWAY = (
     "the gateway in front of a vLLM pool (docs/gateway.md): GPUs and long-running servers; "
     "tests/test_gateway.py runs the gateway against loopback engines"
 )
+GATEWAY_VLLM = (
+    "needs a vLLM server at HOST:8000; tests/test_vllm_gateway.py runs this A/B through the "
+    "gateway against a CPU vLLM when FAIRBENCH_VLLM_PYTHON is set"
+)
 
 # Shown commands that are not run, with why. Keys are the command text as shown.
 SKIPPED: dict[str, str] = {
@@ -106,6 +110,12 @@ SKIPPED: dict[str, str] = {
     "fairbench run scenarios/gateway-ab.yaml --out reports/gw-fifo": GATEWAY,
     "fairbench run scenarios/gateway-ab.yaml --out reports/gw-vtc": GATEWAY,
     "fairbench compare reports/gw-fifo reports/gw-vtc": GATEWAY,
+    "fairbench ab scenarios/gateway-vllm-vtc.yaml --iterations 1 --out reports/ab-gw-vllm "
+    "--a target.upstreams.0.url=http://HOST:8000 --a scheduler.policy=fifo "
+    "--b target.upstreams.0.url=http://HOST:8000 --b scheduler.policy=vtc": GATEWAY_VLLM,
+    "FAIRBENCH_VLLM_PYTHON=$VLLM_PY pytest tests/test_vllm_gateway.py": (
+        "needs the vLLM virtualenv that tests/engines/setup_vllm_cpu.sh makes"
+    ),
     "pip install -e ./fairbench": INSTALL,
     "./deploy-candidate.sh": "your deployment script, in your CI",
     'fairbench run scenarios/quickstart.yaml --target-url "$CANDIDATE_URL" --out run': CI_STEP,

@@ -101,7 +101,8 @@ def redacted(scn: Scenario) -> dict[str, Any]:
     redacted: api keys (target and tenants), every HTTP header value (target and tenants: any
     header can carry a credential, and a header's value is not needed to reproduce a run, its
     name is kept), credential-named fields at any depth of an extra body (target, tenants, SLO
-    classes), and user-info or credential-named query parameters of the target's URLs."""
+    classes), user-info or credential-named query parameters of the target's URLs, and the keys
+    of the engines behind a gateway target (`target.upstreams`)."""
     data = scn.model_dump(mode="json")
     target = data["target"]
     for holder in [target, *data["tenants"]]:
@@ -115,6 +116,10 @@ def redacted(scn: Scenario) -> dict[str, Any]:
     for field in ("base_url", "metrics_url"):
         if target.get(field):
             target[field] = _url(target[field])
+    for upstream in target.get("upstreams") or []:  # the engines behind a gateway target
+        if upstream.get("api_key"):
+            upstream["api_key"] = REDACTED
+        upstream["url"] = _url(upstream["url"])
     return data
 
 

@@ -7,13 +7,17 @@ vLLM, SGLang, TGI, the reference server and OpenAI-compatible servers all answer
 where fairbench.targets.engine_setup finds the served model) — each bounded by a short timeout.
 Any failure is one line naming the URL and what failed, raised as `TargetUnreachable`, which
 the CLI prints like any scenario error (exit 2). Not for `sim` (no server) nor a `reference`
-target that fairbench starts itself (its start-up already waits for /health).
+target that fairbench starts itself (its start-up already waits for /health) — except the
+engines behind one that runs as a gateway (`target.upstreams`): each gets the same check, with
+its own key, plus its `/metrics` where the gateway reads saturation from it (an upstream whose
+metrics never answer counts as saturated, so a run would send it nothing and time out).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 from collections.abc import Mapping
 from pathlib import Path
@@ -145,12 +149,61 @@ def probe_headers(scn: Scenario) -> dict[str, str]:
     return headers
 
 
+async def check_metrics(
+    base_url: str, headers: Mapping[str, str], label: str, timeout_s: float = PRECHECK_TIMEOUT_S
+) -> None:
+    """Raise `TargetUnreachable` unless `GET base_url/metrics` answers 2xx within `timeout_s`
+    (the URL already passed `check_reachable`)."""
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as session,
+            session.get(f"{base_url.rstrip('/')}/metrics", headers=dict(headers)) as resp,
+        ):
+            status = resp.status
+    except (TimeoutError, aiohttp.ClientError) as error:
+        status, detail = 0, str(error).splitlines()[0] if str(error) else type(error).__name__
+    else:
+        detail = f"HTTP {status}"
+    if not 200 <= status < 300:
+        raise TargetUnreachable(
+            f"{label} {base_url}: GET /metrics failed ({detail}); the gateway reads saturation "
+            "there and would count this engine saturated all run. Check its engine: (vllm, sglang, "
+            "tgi) or set engine: none. Checked before t0: nothing was run"
+        )
+
+
+async def check_upstreams(scn: Scenario) -> None:
+    """The engines behind a gateway target, in order: each key's variable is set, each engine
+    answers /v1/models (and /metrics unless `engine: none`), as `TargetUnreachable` or
+    `ScenarioError` naming `target.upstreams[i]`."""
+    for i, up in enumerate(scn.target.upstreams or []):
+        at = f"target.upstreams[{i}]"
+        key = up.api_key
+        if up.api_key_env is not None:
+            key = os.environ.get(up.api_key_env) or None
+            if key is None:
+                raise ScenarioError(
+                    [
+                        f"{at}.api_key_env: the environment variable {up.api_key_env} is not "
+                        "set (the engine's key is read from it); export it, or use api_key"
+                    ]
+                )
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        await check_reachable(up.url, headers, label=f"{at}.url")
+        if up.engine != "none":
+            await check_metrics(up.url, headers, f"{at}.url")
+
+
 async def precheck(scn: Scenario, override: str | None = None) -> None:
     """The pre-run check of a scenario's target, with the run's URL override if any. Raises
     `ScenarioError` for a live target without a URL and `TargetUnreachable` for one that does
-    not answer; returns at once for `sim` and for a `reference` target fairbench starts."""
+    not answer; returns at once for `sim` and for a `reference` target fairbench starts, after
+    checking the engines behind it if it is a gateway."""
     url = target_url(scn, override)
     if url is None:
+        if scn.target.kind == "reference" and override is None:
+            await check_upstreams(scn)
         return
     label = "--target-url" if override is not None else "target.base_url"
     await check_reachable(url, probe_headers(scn), label=label, ca_bundle=scn.target.ca_bundle)

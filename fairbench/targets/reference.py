@@ -1,6 +1,12 @@
 """The `reference` target, the embedded default: the bundled scheduler's HTTP server, started in
 a subprocess on a free 127.0.0.1 port for the run and stopped after it.
 
+With `target.upstreams` the subprocess is the same scheduler as a gateway (`python -m
+reference_scheduler gateway`, docs/gateway.md) in front of those engines instead of on its
+simulated GPU: the same tenants, keys, classes and `scheduler:` block, so an A/B of a policy on
+real engines is the sim's A/B with one block added. The upstreams' own keys go into the same
+private file (or stay in the environment, `api_key_env`).
+
 Each tenant gets an API key (the scenario's, or a fresh random one for this run) so the server
 authenticates tenancy exactly as it would in production; the keys live in a private temporary
 config file, never in the run directory. Requests carry their SLO class in `X-SLO-Class`, which
@@ -25,10 +31,11 @@ from typing import Any
 import yaml
 
 from fairbench.targets.openai import OpenAITarget
-from fairbench.workload.scenario import Scenario, Tenant
+from fairbench.workload.scenario import Scenario, ScenarioError, Tenant
 
 START_TIMEOUT_S = 60.0
 SERVER_NICENESS = 5  # relative to the generator: see ReferenceServer.start
+PORT_0 = ("--port", "0")  # a free port, printed on the server's first line
 
 
 def _tenant_classes(scn: Scenario, tenant: Tenant) -> list[str]:
@@ -46,6 +53,19 @@ def _drain(stream: Any) -> None:
         pass
 
 
+def config_lines(stderr: str, path: str) -> list[str]:
+    """The lines of a refused configuration (the server prints `PATH: field: problem`) as the
+    scenario's fields: `upstreams[0].url: ...` is `target.upstreams[0].url: ...` there."""
+    lines = []
+    for raw in stderr.splitlines():
+        line = raw.strip().removeprefix(f"{path}: ")
+        if line.startswith(("upstreams", "dispatch")):
+            line = "target." + line
+        if line:
+            lines.append(line)
+    return lines or ["target: the reference scheduler refused its configuration"]
+
+
 class ReferenceServer:
     """The server process: start() returns its URL; stop() ends it."""
 
@@ -56,9 +76,14 @@ class ReferenceServer:
         self.url = ""
         self._dir: tempfile.TemporaryDirectory[str] | None = None
 
+    @property
+    def gateway(self) -> bool:
+        """Whether this is the gateway in front of real engines (`target.upstreams`)."""
+        return self.scn.target.upstreams is not None
+
     def config(self) -> dict[str, Any]:
         scn = self.scn
-        return {
+        out: dict[str, Any] = {
             "model": scn.target.model or "reference",
             "host": "127.0.0.1",
             "port": 0,
@@ -76,6 +101,13 @@ class ReferenceServer:
             "timing_extension": True,
             "faults": scn.target.faults,
         }
+        spec = scn.target
+        if spec.upstreams is not None:
+            del out["faults"]  # refused with upstreams by the scenario's validation
+            out["upstreams"] = [up.model_dump(exclude_none=True) for up in spec.upstreams]
+            if spec.dispatch is not None:
+                out["dispatch"] = spec.dispatch.model_dump()
+        return out
 
     def start(self) -> str:
         self._dir = tempfile.TemporaryDirectory(prefix="fairbench-ref-")
@@ -88,7 +120,7 @@ class ReferenceServer:
         err_path = Path(self._dir.name) / "server.stderr"
         with open(err_path, "wb") as err_file:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "reference_scheduler", "serve", str(path), "--port", "0"],
+                [sys.executable, "-m", "reference_scheduler", self.command, str(path), *PORT_0],
                 stdout=subprocess.PIPE,
                 stderr=err_file,
                 text=True,
@@ -106,8 +138,11 @@ class ReferenceServer:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=5)
             err = err_path.read_text(errors="replace")[-4000:]
+            code = self.proc.poll()
             self.stop()
-            raise RuntimeError(f"the reference server did not start: {line} {err}".strip())
+            if code == 2:  # its configuration was refused: one line per problem, as fields
+                raise ScenarioError(config_lines(err, str(path)))
+            raise RuntimeError(f"the reference {self.command} did not start: {line} {err}".strip())
         self.url = line.removeprefix("listening on ")
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
@@ -118,7 +153,12 @@ class ReferenceServer:
             except OSError:
                 time.sleep(0.05)
         self.stop()
-        raise RuntimeError("the reference server never became healthy")
+        why = (
+            " (is any upstream healthy? it answers /health 503 until one is)"
+            if self.gateway
+            else ""
+        )
+        raise RuntimeError(f"the reference {self.command} never became healthy{why}")
 
     def stop(self, metrics_path: Path | None = None) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -139,6 +179,10 @@ class ReferenceServer:
             self._dir.cleanup()
             self._dir = None
 
+    @property
+    def command(self) -> str:
+        return "gateway" if self.gateway else "serve"
+
     def info(self) -> dict[str, Any]:
         from reference_scheduler.scheduler.config import parse_scheduler_config
 
@@ -147,9 +191,17 @@ class ReferenceServer:
             "kind": "reference",
             "base_url": self.url,
             "policy": str(sched.get("policy", "dwrr")),
-            "profile": str(sched.get("profile", "h100-llama3-8b")),
-            "replicas": str(sched.get("replicas", 1)),
         }
+        upstreams = self.scn.target.upstreams
+        if upstreams is None:  # the simulated GPU: which one, how many
+            out["profile"] = str(sched.get("profile", "h100-llama3-8b"))
+            out["replicas"] = str(sched.get("replicas", 1))
+        else:  # real engines: where (no key: those stay in the private config)
+            out["mode"] = "gateway"
+            out["upstreams"] = [
+                f"{up.name or f'u{i}'} {up.url} ({up.engine}, max_inflight {up.max_inflight})"
+                for i, up in enumerate(upstreams)
+            ]
         warnings = parse_scheduler_config(sched).warnings  # validated with the scenario
         if warnings:
             out["warnings"] = list(warnings)

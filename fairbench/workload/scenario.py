@@ -404,9 +404,46 @@ class PrioritySpec(_Model):
     default: int | None = Field(None, description="for classes/tenants not in values")
 
 
+class GatewayUpstream(_Model):
+    """One engine behind the gateway (`target.upstreams`): the fields of the gateway file's
+    `upstreams:` entries (reference_scheduler/gateway/config.py, `UpstreamSpec`), same names,
+    same defaults, so a block moves between the two files unchanged (tests/test_gateway_target.py
+    keeps them equal). Kept here, not imported, so that loading a scenario does not load the
+    gateway's HTTP stack."""
+
+    url: str = Field(min_length=1, description="the engine's root URL, e.g. http://10.0.0.5:8000")
+    name: str | None = Field(
+        None, min_length=1, max_length=64, description="its `upstream` label (default u<index>)"
+    )
+    engine: Literal["vllm", "sglang", "tgi", "none"] = Field(
+        "vllm", description="which saturation series its /metrics has (none: do not scrape)"
+    )
+    model: str | None = Field(None, description="the name it serves (default: target.model)")
+    api_key: str | None = None
+    api_key_env: str | None = Field(None, min_length=1, description="its key, from this variable")
+    max_inflight: int = Field(64, ge=1, le=1_000_000, description="requests in flight to it")
+    max_inflight_tokens: int | None = Field(None, ge=1)
+    priority_field: bool = Field(False, description="send the tier's rank as `priority`")
+    max_waiting: int = Field(0, ge=0, description="saturated while its queue holds more")
+    max_kv_usage: Finite = Field(0.95, gt=0, le=1, description="... or its KV cache is this full")
+
+
+class GatewayDispatch(_Model):
+    """`target.dispatch`: the gateway file's `dispatch:` block (`DispatchSpec`), in seconds."""
+
+    scrape_interval_s: Finite = Field(1.0, gt=0)
+    stale_after_s: Finite = Field(5.0, gt=0)
+    probe_interval_s: Finite = Field(1.0, gt=0)
+    fail_after: int = Field(2, ge=1)
+    connect_timeout_s: Finite = Field(2.0, gt=0)
+    first_byte_timeout_s: Finite = Field(120.0, gt=0)
+    idle_timeout_s: Finite = Field(60.0, gt=0)
+
+
 class TargetSpec(_Model):
-    """What to run against. `reference` (default) is the bundled scheduler's HTTP server; `sim`
-    the same scheduler in virtual time; `openai` any OpenAI-compatible server; `vllm`, `sglang`
+    """What to run against. `reference` (default) is the bundled scheduler's HTTP server (with
+    `upstreams`, the same scheduler as a gateway in front of real engines); `sim` the same
+    scheduler in virtual time; `openai` any OpenAI-compatible server; `vllm`, `sglang`
     and `tgi` those engines, with their priority fields, tokenizers and metrics (docs/engines.md).
     """
 
@@ -443,6 +480,15 @@ class TargetSpec(_Model):
     faults: dict[str, Any] | None = Field(
         None,
         description="reference target only: failures to inject (see reference_scheduler/faults.py)",
+    )
+    upstreams: list[GatewayUpstream] | None = Field(
+        None,
+        min_length=1,
+        description="reference target only: run the scheduler as a gateway in front of these "
+        "engines instead of on its simulated GPU (docs/gateway.md)",
+    )
+    dispatch: GatewayDispatch | None = Field(
+        None, description="with upstreams: the gateway's scrape, probe and timeout settings"
     )
 
 
@@ -555,6 +601,55 @@ def _check_target(scn: Scenario) -> list[str]:
                 )
     if t.faults is not None and t.kind != "reference":
         problems.append("target.faults: faults are injected by the reference server only")
+    return problems + _check_upstreams(scn)
+
+
+def _check_upstreams(scn: Scenario) -> list[str]:
+    """`target.upstreams`: what the gateway itself would refuse, said here with the scenario's
+    field paths, so that `fairbench validate` catches it and a run never starts a gateway that
+    exits. What depends on this machine (an `api_key_env` that is set, an engine that answers)
+    is the pre-run check's (fairbench.targets.precheck): a run directory's scenario.yaml must
+    load anywhere."""
+    t = scn.target
+    if t.upstreams is None:
+        if t.dispatch is not None:
+            return ["target.dispatch: only with target.upstreams (the gateway's settings)"]
+        return []
+    if t.kind != "reference":
+        return [
+            f"target.upstreams: only kind reference runs the gateway; kind {t.kind!r} sends to "
+            "target.base_url (use kind: reference, or remove upstreams)"
+        ]
+    problems: list[str] = []
+    if t.faults is not None:
+        problems.append(
+            "target.faults: the gateway injects no faults (the simulated engine does); remove "
+            "faults, or inject them at the upstreams"
+        )
+    names: dict[str, int] = {}
+    for i, up in enumerate(t.upstreams):
+        at = f"target.upstreams[{i}]"
+        problem = url_problem(up.url)
+        if problem is None and "@" in urlsplit(up.url).netloc:
+            problem = "no credentials in the URL (not echoed here); use api_key or api_key_env"
+        if problem is None and urlsplit(up.url).path.rstrip("/").endswith("/v1"):
+            problem = f"the engine's root URL, without /v1 (the gateway adds it); got {up.url!r}"
+        if problem is not None:
+            problems.append(f"{at}.url: {problem}")
+        if up.api_key is not None and up.api_key_env is not None:
+            problems.append(f"{at}.api_key: give api_key or api_key_env, not both")
+        name = up.name or f"u{i}"
+        if name in names:
+            problems.append(f"{at}.name: {name!r} is also upstreams[{names[name]}]'s name")
+        names.setdefault(name, i)
+    preemption = scn.scheduler.get("preemption")
+    mode = preemption.get("mode", "none") if isinstance(preemption, dict) else None
+    if mode not in (None, "none"):
+        problems.append(
+            "scheduler.preemption.mode: the gateway cannot preempt a request running on an "
+            "upstream (its work would be lost); use none, and the engine's own priority "
+            "scheduling (upstreams' priority_field)"
+        )
     return problems
 
 
