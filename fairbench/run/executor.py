@@ -73,6 +73,7 @@ class ExecResult:
     stopped: bool
     records: int
     pacing: str = "timerfd"  # which pacer waited for the send times
+    cpu_s: float = 0.0  # this process's CPU time from the first send to the end of the drain
 
 
 class Executor:
@@ -323,6 +324,7 @@ class Executor:
         cap = asyncio.Semaphore(options.concurrency_cap) if options.concurrency_cap else None
         pacer = make_pacer(options.pacing, options.spin_s)
         until = pacer.until
+        cpu_start = time.process_time()
         sent_upto = 0
         stop = self.stop
         target = self.target
@@ -396,6 +398,7 @@ class Executor:
             stop.is_set(),
             self._records,
             pacer.kind,
+            time.process_time() - cpu_start,
         )
 
     async def _guarded(self, coro: Any, cap: asyncio.Semaphore | None) -> None:

@@ -96,7 +96,10 @@ def measure(
     }
     write_json(run_dir / "run.json", header)
     exec_options = ExecOptions(
-        timeout_s=scn.run.timeout, grace_s=scn.run.grace, concurrency_cap=scn.run.concurrency_cap
+        timeout_s=scn.run.timeout,
+        grace_s=scn.run.grace,
+        concurrency_cap=scn.run.concurrency_cap,
+        pacing=scn.run.pacing,
     )
     stopped = False
     loop_lags: np.ndarray | None = None
@@ -135,7 +138,9 @@ def measure(
             )
         )
         stopped, loop_lags = result.stopped, result.loop_lag_ns
-        header["clock"] = live_clock(result.t0_ns)
+        header["clock"] = live_clock(result.t0_ns, scn.run.pacing)
+        # what the schedule cost this process, from the first send to the end of the drain
+        header["clock"]["generator_cpu_s"] = round(result.cpu_s, 4)
     else:
         with shared_target(scn, options, setup, run_dir) as (info, base_url, keys):
             stopped, loop_lags, t0 = run_sharded(
@@ -150,13 +155,13 @@ def measure(
                 progress,
                 setup,
             )
-            header["clock"] = live_clock(t0)
+            header["clock"] = live_clock(t0, scn.run.pacing)
     info = {**info, **scrape_report(run_dir)}  # a failing scraper is reported, not swallowed
     rows = read_journals(run_dir)
     return Measurement(run_dir, scn, plan, rows, header, info, stopped, loop_lags, workers)
 
 
-def live_clock(t0_ns: int, **extra: str) -> dict[str, Any]:
+def live_clock(t0_ns: int, pacing: str = "auto", **extra: str) -> dict[str, Any]:
     """run.json's `clock` of a live run: the timeline, t0, and which stamps the transport took
     (kernel receive stamps or user space; the send's last byte)."""
     return {
@@ -164,7 +169,7 @@ def live_clock(t0_ns: int, **extra: str) -> dict[str, Any]:
         "t0_ns": t0_ns,
         **extra,
         "stamps": stamps_info(),
-        "pacing": resolve_pacing(),
+        "pacing": resolve_pacing(pacing),
     }
 
 
@@ -222,7 +227,9 @@ def _measure_ray(
             options.ray_resources,
         )
     header["clock"] = live_clock(
-        result.t0, timeline="the driver's: each actor's t0 is the driver's t0 in its own clock"
+        result.t0,
+        scn.run.pacing,
+        timeline="the driver's: each actor's t0 is the driver's t0 in its own clock",
     )
     header["ray"] = {**result.info, "actors": result.actors}
     lags = [v for v in result.loop_lags.values() if len(v)]

@@ -384,6 +384,12 @@ class RunSpec(_Model):
         description="the share of the measurement window's requests that may time out or be "
         "cancelled before the run says its tail is censored",
     )
+    pacing: Literal["auto", "timerfd", "spin"] = Field(
+        "auto",
+        description="how the generator waits for a send time: `timerfd` sleeps in the kernel "
+        "until the deadline (no CPU while waiting; Linux), `spin` sleeps to within 1.2 ms and "
+        "spins the rest (a core's worth at high rates), `auto` timerfd where there is one",
+    )
     concurrency_cap: int | None = Field(
         None,
         ge=1,
