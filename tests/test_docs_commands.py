@@ -154,7 +154,7 @@ SHORTER: dict[str, dict[str, dict[str, object]]] = {
         "run": {"duration": "6s", "warmup": "1s", "cooldown": "1s"},
         "health": {
             "max_send_lag_p99": "10s",
-            "max_receive_delay_p99": "10s",
+            "max_receive_error_p99": "10s",
             "min_rate_ratio": 0.5,
         },
     },

@@ -36,6 +36,7 @@ from tests.loopback import execute
 
 now_ns = time.perf_counter_ns
 BLOCK_S = 0.05
+MERGE_GAP_S = 0.02
 
 pytestmark = pytest.mark.skipif(
     not kernel_stamps_available(), reason="no SO_TIMESTAMPNS on this platform (Linux has it)"
@@ -48,11 +49,14 @@ class SSEServer:
     client's loop is blocked (`gate`), writes the first token — the write bracketed by
     `wrote_before`/`wrote_after` — says so (`written`) and sends the rest once `release`d."""
 
-    def __init__(self, tls: ssl.SSLContext | None = None, gated: bool = True) -> None:
+    def __init__(
+        self, tls: ssl.SSLContext | None = None, gated: bool = True, merge: bool = False
+    ) -> None:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.tls = tls
         self.gated = gated
+        self.merge = merge  # write a second token 20 ms after the first, before the release
         self.seen: queue.Queue[int] = queue.Queue()
         self.gate: queue.Queue[int] = queue.Queue()
         self.written: queue.Queue[int] = queue.Queue()
@@ -123,10 +127,14 @@ class SSEServer:
         self.wrote_after.append(now_ns())
         if self.gated:
             self.written.put(1)
+            if self.merge:
+                time.sleep(MERGE_GAP_S)
+                conn.sendall(chunk(token))
             self.release.get(timeout=10)
         usage = {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}
         last = {"choices": [{"index": 0, "text": " y", "finish_reason": "length"}]}
-        conn.sendall(chunk(token) + chunk(last) + chunk({"choices": [], "usage": usage}))
+        rest = b"" if self.merge else chunk(token)
+        conn.sendall(rest + chunk(last) + chunk({"choices": [], "usage": usage}))
         conn.sendall(chunk("[DONE]") + b"0\r\n\r\n")
 
     def close(self) -> None:
@@ -147,8 +155,10 @@ class SSEServer:
 
 
 @contextmanager
-def sse_server(tls: ssl.SSLContext | None = None, gated: bool = True) -> Iterator[SSEServer]:
-    server = SSEServer(tls, gated)
+def sse_server(
+    tls: ssl.SSLContext | None = None, gated: bool = True, merge: bool = False
+) -> Iterator[SSEServer]:
+    server = SSEServer(tls, gated, merge)
     try:
         yield server
     finally:
@@ -184,11 +194,18 @@ def test_a_blocked_event_loop_does_not_move_the_kernel_stamped_first_token() -> 
     assert outcome.t_first_token + outcome.rx_delay >= block_ended
     assert outcome.rx_delay >= BLOCK_S * 1e9
     assert outcome.rx_delay_max >= outcome.rx_delay
+    assert outcome.rx_error == 0  # the token had its read to itself: its stamp is exact
     # the send is stamped once the request's bytes were written, before any answer came
     assert 0 < outcome.t_sent < outcome.t_first_byte <= outcome.t_first_token
 
 
-def test_a_run_whose_reads_were_late_is_invalid_for_receive_delay(tmp_path: Path) -> None:
+@pytest.mark.parametrize("merge", [False, True], ids=["alone", "merged"])
+def test_late_reads_are_invalid_only_when_they_moved_the_stamps(
+    tmp_path: Path, merge: bool
+) -> None:
+    """Every first token waits 50 ms in the socket. Alone there, its kernel stamp is exact and
+    the run is valid (the delay is reported); when a second token joins it before the read, the
+    kernel stamps both at the second's arrival, and the run is INVALID for receive error."""
     scn = parse_scenario(
         {
             "name": "rx",
@@ -200,7 +217,7 @@ def test_a_run_whose_reads_were_late_is_invalid_for_receive_delay(tmp_path: Path
         }
     )
     plan = materialize(scn)
-    with sse_server() as server:
+    with sse_server(merge=merge) as server:
 
         async def go() -> list[dict[str, Any]]:
             target = OpenAITarget(server.url, model="m")
@@ -228,14 +245,19 @@ def test_a_run_whose_reads_were_late_is_invalid_for_receive_delay(tmp_path: Path
         rows = asyncio.run(go())
     frame = records_frame(rows)
     assert (frame["status"] == "ok").all(), frame[["status", "error_detail"]]
-    assert (frame["rx_delay_ns"] >= BLOCK_S * 1e9).all()
+    assert (frame["rx_delay_ns"] >= (BLOCK_S - MERGE_GAP_S) * 1e9).all()
     health = generator_health(frame, scn, np.zeros(1, dtype=np.int64))
+    assert health["receive_delay_ms"]["p99"] >= (BLOCK_S - MERGE_GAP_S) * 1e3
+    if not merge:
+        assert (frame["rx_error_ns"] == 0).all()
+        assert health["valid"], health["invalid_reasons"]
+        return
+    assert (frame["rx_error_ns"] >= MERGE_GAP_S * 1e9).all()
     assert not health["valid"]
-    assert any("receive delay p99" in r for r in health["invalid_reasons"]), health
-    assert health["receive_delay_ms"]["p99"] >= BLOCK_S * 1e3
-    # the same run judged with a bound above the delay is valid: the reason is the delay alone
+    assert any("receive error p99" in r for r in health["invalid_reasons"]), health
+    # the same run judged with a bound above the error is valid: the reason is the error alone
     loose = scn.model_copy(
-        update={"health": scn.health.model_copy(update={"max_receive_delay_p99": 5.0})}
+        update={"health": scn.health.model_copy(update={"max_receive_error_p99": 5.0})}
     )
     assert generator_health(frame, loose, np.zeros(1, dtype=np.int64))["valid"]
 
@@ -267,7 +289,8 @@ def test_receive_delay_is_not_judged_where_it_was_not_measured() -> None:
         ]
     )
     health = generator_health(frame, scn)
-    assert health["receive_delay_ms"] is None and health["valid"], health
+    assert health["receive_delay_ms"] is None and health["receive_error_ms"] is None
+    assert health["valid"], health
 
 
 # ---------------------------------------------------------------------------------- HTTPS
@@ -341,5 +364,7 @@ def test_the_precheck_names_an_untrusted_certificate_in_one_line(ca: Any, tmp_pa
 
 def test_records_carry_receive_delay_columns() -> None:
     frame = records_frame([])
-    assert {"rx_delay_ns", "rx_delay_max_ns", "server_received_ns"} <= set(frame.columns)
+    assert {"rx_delay_ns", "rx_delay_max_ns", "rx_error_ns", "server_received_ns"} <= set(
+        frame.columns
+    )
     assert isinstance(frame, pd.DataFrame)

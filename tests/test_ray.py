@@ -43,7 +43,7 @@ def scenario(tmp_path: Path, rate: str = "30/s", duration: str = "3s") -> Path:
         # the machine running the suite is shared and small: judge the plumbing, not its load
         "health": {
             "max_send_lag_p99": "250ms",
-            "max_receive_delay_p99": "250ms",
+            "max_receive_error_p99": "250ms",
             "min_rate_ratio": 0.5,
         },
         "target": {"kind": "reference"},

@@ -47,7 +47,7 @@ def scenario_file(
         # load: the generator's validity has tests of its own (tests/test_health.py)
         "health": {
             "max_send_lag_p99": "10s",
-            "max_receive_delay_p99": "10s",
+            "max_receive_error_p99": "10s",
             "min_rate_ratio": 0.5,
         },
         "target": {"kind": kind},

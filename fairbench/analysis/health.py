@@ -1,17 +1,21 @@
-"""Generator health: was the load actually offered as planned? (MLPerf LoadGen's VALID/INVALID.)
+"""Generator health: was the load actually offered as planned, and measured right? (MLPerf
+LoadGen's VALID/INVALID.)
 
-A run is INVALID, with the reason, when the generator's send lag p99 exceeds the threshold (default
-5 ms), when its receive delay p99 exceeds its own (default 1 ms; measured where the transport has
-kernel receive stamps — fairbench.targets.http.stamped), when a tenant's achieved send rate falls
-below `min_rate_ratio` of its planned rate, when the run was stopped before its schedule ended, or
-when no request succeeded (a run of failures measures the target's set-up, not its scheduling).
-Latency from a late generator is still recorded (from the intended time), but the offered load was
-not the plan's.
+A run is INVALID, with the reason, when the generator's send lag p99 exceeds the threshold
+(default 5 ms), when its receive error p99 exceeds its own (default 1 ms; judged where the
+transport has kernel receive stamps), when a tenant's achieved send rate — or the rate the
+server saw, where it reports its own receive times — falls below `min_rate_ratio` of its planned
+rate, when the run was stopped before its schedule ended, or when no request succeeded (a run of
+failures measures the target's set-up, not its scheduling). Latency from a late generator is
+still recorded (from the intended time), but the offered load was not the plan's.
 
-Send lag and receive delay are the two directions of the generator's own error. TTFT is taken
-from the kernel's receive stamp, so a late read does not move it; but a loop that reads late
-stamps every token it finds waiting at once (ITL collapses to zero, then one long gap) and is a
-loop that also sends late, so a late reader is a run whose token timing cannot be trusted.
+Send lag and the receive side are the two directions of the generator's own error. Receive times
+are the kernel's stamps (fairbench.targets.http.stamped), so a loop that reads late does not
+move a first token's stamp — unless later bytes reached the socket before the read, because the
+kernel merges waiting segments and stamps them at the newest. Per request, the receive delay
+(kernel stamp to the loop's read) is reported, and the receive error — 0 when the first token's
+bytes were the newest of their read, else the span in which they may have arrived — is what the
+verdict bounds: the figure that says how wrong a TTFT can be.
 
 A late generator is nearly always a busy machine, so the lag reason says what the machine was
 doing (`MachineLoad`: load average, cores, the CPU this run's processes got) and what to try.
@@ -26,7 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fairbench.analysis.metrics import percentiles, receive_delay_ns, send_lag_ns
+from fairbench.analysis.metrics import percentiles, receive_delay_ns, receive_error_ns, send_lag_ns
 from fairbench.workload.scenario import Scenario
 
 
@@ -126,7 +130,9 @@ def generator_health(
     threshold_ms = scn.health.max_send_lag_p99 * 1e3
     delay = receive_delay_ns(records)
     delay_ms = _ms(delay) if len(delay) else None
-    delay_threshold_ms = scn.health.max_receive_delay_p99 * 1e3
+    error = receive_error_ns(records)
+    error_ms = _ms(error) if len(error) else None
+    error_threshold_ms = scn.health.max_receive_error_p99 * 1e3
     closed = scn.run.concurrency_cap
     reasons: list[str] = []
     if stopped:
@@ -139,15 +145,17 @@ def generator_health(
             + lag_advice(machine)
         )
     if (
-        delay_ms is not None
-        and delay_ms["p99"] is not None
-        and delay_ms["p99"] > delay_threshold_ms
+        error_ms is not None
+        and error_ms["p99"] is not None
+        and error_ms["p99"] > error_threshold_ms
     ):
+        late = f"{delay_ms['p99']:.2f}" if delay_ms and delay_ms["p99"] is not None else "?"
         reasons.append(
-            f"generator read responses late: receive delay p99 {delay_ms['p99']:.2f} ms > "
-            f"{delay_threshold_ms:g} ms (responses waited in the socket before the event loop "
-            "read them; TTFT is kernel-stamped, but tokens read together are stamped together, "
-            "so ITL and TPOT are not to be trusted). " + lag_advice(machine)
+            f"generator read responses too late for their stamps: receive error p99 "
+            f"{error_ms['p99']:.2f} ms > {error_threshold_ms:g} ms (receive delay p99 {late} ms: "
+            "first tokens waited in the socket until later bytes joined them, and the kernel "
+            "stamps merged bytes at the newest arrival, so TTFT and ITL read high). "
+            + lag_advice(machine)
         )
     ok = int((records["status"] == "ok").sum()) if len(records) else 0
     if ok == 0:
@@ -210,7 +218,8 @@ def generator_health(
         "send_lag_threshold_ms": threshold_ms,
         # None: not measured (virtual time, or no kernel receive stamps on this platform)
         "receive_delay_ms": delay_ms,
-        "receive_delay_threshold_ms": delay_threshold_ms,
+        "receive_error_ms": error_ms,
+        "receive_error_threshold_ms": error_threshold_ms,
         "event_loop_lag_ms": loop,
         "machine": None if machine is None else machine.as_dict(),
         "tenants": tenants,

@@ -77,6 +77,17 @@ def receive_delay_ns(df: pd.DataFrame) -> np.ndarray:
     return delay[~np.isnan(delay)]
 
 
+def receive_error_ns(df: pd.DataFrame) -> np.ndarray:
+    """How far the generator's late reading can have moved each request's first-token stamp
+    (ns): 0 when the token's bytes were the newest of their read (the kernel stamped them on
+    arrival, however late the read), else the span since the previous read in which they may
+    have arrived; only where the transport had kernel stamps."""
+    if "rx_error_ns" not in df.columns:
+        return np.empty(0)
+    error = _col(df, "rx_error_ns")
+    return error[~np.isnan(error)]
+
+
 def percentiles(values: np.ndarray, qs: Sequence[float] = PERCENTILES) -> dict[str, float | None]:
     """Linear-interpolated percentiles of the finite values; None when there are none."""
     finite = values[np.isfinite(values)]

@@ -76,12 +76,13 @@ def verdict_lines(summary: dict[str, Any]) -> list[str]:
             f"{_ms(lag.get('p99'))}/{_ms(lag.get('max'))} ms "
             f"(threshold p99 {health['send_lag_threshold_ms']:g} ms)"
         )
-        delay = health.get("receive_delay_ms")
-        if delay:
+        delay, error = health.get("receive_delay_ms"), health.get("receive_error_ms")
+        if delay and error:
             lines.append(
                 f"generator receive delay p50/p99/max: {_ms(delay.get('p50'))}/"
-                f"{_ms(delay.get('p99'))}/{_ms(delay.get('max'))} ms "
-                f"(kernel stamps; threshold p99 {health['receive_delay_threshold_ms']:g} ms)"
+                f"{_ms(delay.get('p99'))}/{_ms(delay.get('max'))} ms, kernel-stamped; its effect "
+                f"on first-token stamps p99 {_ms(error.get('p99'))} ms "
+                f"(threshold {health['receive_error_threshold_ms']:g} ms)"
             )
         else:
             lines.append("generator receive delay: not measured (no kernel receive stamps)")

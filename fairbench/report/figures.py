@@ -340,17 +340,6 @@ def send_lag(
                 name="receive delay per request (kernel stamp to read)",
             )
         )
-        limit_rx = health.get("receive_delay_threshold_ms")
-        if limit_rx is not None:
-            fig.add_trace(
-                go.Scatter(
-                    x=[0, t_end],
-                    y=[limit_rx, limit_rx],
-                    mode="lines",
-                    name=f"INVALID if receive delay p99 above {limit_rx:g} ms",
-                    line={"dash": "dot", "color": "darkred"},
-                )
-            )
     title = f"Generator send lag (p99 {ms(health['send_lag_ms'].get('p99'))} ms)"
     delay = health.get("receive_delay_ms")
     if delay:

@@ -258,6 +258,7 @@ class Executor:
             if self.kernel_stamps:
                 delay = outcome.rx_delay
                 rec.rx_delay_ns = delay if delay is not None and delay >= 0 else None
+                rec.rx_error_ns = outcome.rx_error
                 rec.rx_delay_max_ns = outcome.rx_delay_max if outcome.t_first_byte else None
             rec.t_first_byte_ns = rel(outcome.t_first_byte)
             rec.t_first_token_ns = rel(outcome.t_first_token)

@@ -30,7 +30,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-RECORD_SCHEMA_VERSION = 3  # 2: t_end_ns; 3: rx_delay_ns, rx_delay_max_ns, server_received_ns
+RECORD_SCHEMA_VERSION = 3  # 2: t_end_ns; 3: rx_delay_ns, rx_delay_max_ns, rx_error_ns,
+# server_received_ns
 STATUSES = ("ok", "error", "timeout", "rejected", "cancelled")
 ERROR_KINDS = (
     "connect",  # could not connect / connection refused
@@ -78,6 +79,9 @@ class Record:
     # receive stamp to user-space read); None where the platform has no kernel stamps
     rx_delay_ns: int | None = None
     rx_delay_max_ns: int | None = None  # the longest such wait of any read of this response
+    # how far that lateness can have moved the first-token stamp: 0 when the token's bytes were
+    # the newest of their read (kernel-stamped on arrival); else the span since the previous read
+    rx_error_ns: int | None = None
     # when the server says it read the request, on the server's own clock (the reference server
     # reports it): only differences mean anything — the rate the server saw
     server_received_ns: int | None = None

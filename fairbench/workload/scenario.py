@@ -500,11 +500,11 @@ class TargetSpec(_Model):
 
 class HealthSpec(_Model):
     max_send_lag_p99: PositiveSeconds = Field(0.005, description="above this the run is INVALID")
-    max_receive_delay_p99: PositiveSeconds = Field(
+    max_receive_error_p99: PositiveSeconds = Field(
         0.001,
-        description="the generator's own receive delay (kernel receive stamp to the event "
-        "loop's read, at each request's first token): above this p99 the run is INVALID; "
-        "checked where the platform gives kernel stamps",
+        description="how far the generator's late reads can have moved first-token stamps "
+        "(0 when a token's bytes were the newest of their read, which the kernel stamped on "
+        "arrival): above this p99 the run is INVALID; judged where there are kernel stamps",
     )
     min_rate_ratio: Finite = Field(0.99, gt=0, le=1)
 

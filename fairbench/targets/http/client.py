@@ -43,7 +43,10 @@ class Outcome:
     `t_sent`: when the request's last byte reached the kernel. Receive times are the kernel's
     stamps; `rx_delay` is how long the bytes that gave the first token (or, without tokens, the
     response's end) waited in the socket before the event loop read them, `rx_delay_max` the
-    longest such wait of any read of the response."""
+    longest such wait of any read of the response. `rx_error` bounds how far that lateness
+    moved the first-token stamp: 0 when the token's bytes were the newest of their read (the
+    kernel stamped them, however late the read), else the span in which they may have arrived
+    (since the previous read) — see fairbench.targets.http.stamped on merged segments."""
 
     __slots__ = (
         "body",
@@ -56,6 +59,7 @@ class Outcome:
         "retry_after",
         "rx_delay",
         "rx_delay_max",
+        "rx_error",
         "status",
         "t_done",
         "t_first_byte",
@@ -73,6 +77,7 @@ class Outcome:
         self.t_first_byte = self.t_first_token = self.t_last_token = self.t_done = 0
         self.rx_delay: int | None = None
         self.rx_delay_max = 0
+        self.rx_error: int | None = None
         self.chunks = 0  # SSE events that carried text
         self.tokens = 0
         self.itl_max = 0
@@ -105,6 +110,9 @@ class _Response:
         "close_after",
         "dialect",
         "done",
+        "events",
+        "first_event",
+        "last_read",
         "outcome",
         "stream",
     )
@@ -121,6 +129,9 @@ class _Response:
         self._sse: SSEParser | None = None
         self.close_after = False
         self.done = False
+        self.events = 0  # SSE events parsed
+        self.first_event = 0  # the number of the event that gave the first token
+        self.last_read = 0  # user-space time of the previous read of this response
 
     def feed(self, data: bytes, t: int) -> None:
         out = self.outcome
@@ -250,6 +261,7 @@ class _Response:
 
     def _event(self, data: bytes, t: int) -> None:
         out = self.outcome
+        self.events += 1
         if data == b"[DONE]":
             out.terminal = True
             return
@@ -261,7 +273,10 @@ class _Response:
         if not isinstance(obj, dict):
             out.fail("bad_stream", f"not an object: {data[:80]!r}")
             return
+        had_token = out.t_first_token
         self.dialect.event(out, obj, t)
+        if not had_token and out.t_first_token:
+            self.first_event = self.events
 
     def _finish(self, t: int) -> None:
         if self.done:
@@ -356,8 +371,22 @@ class _Conn:
         response.feed(data, t_kernel)
         if out.rx_delay is None and (out.t_first_token != had_token or response.done):
             out.rx_delay = delay
+            if delay >= 0:
+                out.rx_error = self._stamp_error(response, had_token, t_kernel)
+        response.last_read = t_user
         if response.done:
             self._complete(response)
+
+    @staticmethod
+    def _stamp_error(response: _Response, had_token: int, t_kernel: int) -> int:
+        """How far a late read can have moved the first-token stamp (see Outcome)."""
+        out = response.outcome
+        if out.t_first_token == had_token:  # no token: the response's end, its newest bytes
+            return 0
+        sse = response._sse
+        if response.events == response.first_event and not (sse is not None and sse.has_partial):
+            return 0  # the token's event ended the read: its own segment's stamp
+        return max(0, t_kernel - max(response.last_read, out.t_sent))
 
     def _complete(self, response: _Response) -> None:
         waiter = self.waiter
