@@ -1,0 +1,106 @@
+"""`fairbench fidelity` and `fairbench profile`: the simulator's calibration loop.
+
+`profile` fits a cost profile from a live engine (fairbench.targets.profile); `fidelity`
+measures how far a simulated run of a plan is from a real run of it
+(fairbench.decide.fidelity). Kept apart from `analysis` so the two commands of the loop read
+together. Registered on the app by `fairbench.cli.main.main`.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from fairbench.cli.inputs import UsageFailure
+
+out = Console(width=None if sys.stdout.isatty() else 160)
+
+
+def _fidelity_table(fid: object) -> Table:
+    from fairbench.decide.fidelity import Fidelity
+    from fairbench.report.fidelity import head, intro, row_cells
+
+    assert isinstance(fid, Fidelity)
+    table = Table(title="sim vs real", caption=intro(fid), title_justify="left")
+    cols = ["group", *head(fid)]
+    for col in cols:
+        table.add_column(
+            col, justify="left" if col in ("group", "figure", "judgement") else "right"
+        )
+    colour = {"within noise": "green", "beyond noise": "red"}
+    for row in fid.rows:
+        cells = row_cells(fid, row)
+        cells[-1] = f"[{colour.get(cells[-1], 'white')}]{cells[-1]}[/]"
+        group = "overall" if row.group == "overall" else f"{row.group} {row.key}"
+        table.add_row(group, *cells)
+    return table
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def fidelity(
+        real: Annotated[Path, typer.Argument(help="the real run's directory", metavar="REAL_RUN")],
+        sim: Annotated[
+            Path, typer.Argument(help="the simulated run of the same plan", metavar="SIM_RUN")
+        ],
+        noise: Annotated[
+            Path | None,
+            typer.Option(
+                "--noise",
+                help="a second real run of the same plan: the run-to-run noise floor",
+                metavar="RUN2",
+            ),
+        ] = None,
+        factor: Annotated[
+            float,
+            typer.Option(
+                "--noise-factor",
+                min=0.0,
+                help="an error is within noise when |error| <= FACTOR x the noise floor",
+                metavar="FACTOR",
+            ),
+        ] = 1.0,
+        out_dir: Annotated[
+            Path | None,
+            typer.Option(
+                "--out",
+                help="write fidelity.json, fidelity.md and fidelity.html here (default SIM_RUN)",
+                metavar="DIR",
+            ),
+        ] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="print the rows as JSON")] = False,
+    ) -> None:
+        """How far a simulated run is from a real run of the same plan, per tenant and class."""
+        import json
+
+        from fairbench.decide.fidelity import FidelityRefused, write_outputs
+        from fairbench.decide.fidelity import fidelity as measure
+        from fairbench.report import write_page
+        from fairbench.report.fidelity import fidelity_markdown, fidelity_report
+
+        try:
+            fid = measure(real, sim, noise, factor)
+        except FidelityRefused as error:
+            raise UsageFailure(f"cannot measure fidelity: {error}") from None
+        target = out_dir if out_dir is not None else sim
+        written = write_outputs(fid, target, fidelity_markdown(fid))
+        written.append(write_page(target / "fidelity.html", fidelity_report(fid)))
+        if as_json:
+            sys.stdout.write(json.dumps(fid.as_dict(), indent=2) + "\n")
+            return
+        out.print(_fidelity_table(fid))
+        mape = fid.mape()
+        out.print(
+            f"MAPE {mape:.1f}% over {len(fid.finite())} figures"
+            if math.isfinite(mape)
+            else "MAPE: no figure both runs have",
+            markup=False,
+            highlight=False,
+        )
+        out.print("wrote " + ", ".join(str(p) for p in written), markup=False, highlight=False)
