@@ -104,3 +104,129 @@ def register(app: typer.Typer) -> None:
             highlight=False,
         )
         out.print("wrote " + ", ".join(str(p) for p in written), markup=False, highlight=False)
+
+    @app.command()
+    def profile(
+        target_url: Annotated[
+            str,
+            typer.Option(
+                "--target-url",
+                help="the engine's base URL, e.g. http://127.0.0.1:8000",
+                metavar="URL",
+            ),
+        ],
+        model: Annotated[
+            str | None,
+            typer.Option(
+                help="the served model (default: the first /v1/models lists)", metavar="M"
+            ),
+        ] = None,
+        out_file: Annotated[
+            Path, typer.Option("--out", help="the profile YAML to write", metavar="FILE")
+        ] = Path("profile.yaml"),
+        budget: Annotated[
+            float,
+            typer.Option(
+                min=10.0, help="seconds the probe may take (it stops, then fits)", metavar="S"
+            ),
+        ] = 240.0,
+        max_num_seqs: Annotated[
+            int,
+            typer.Option(
+                min=1,
+                help="the engine's --max-num-seqs: the largest decode batch probed",
+                metavar="N",
+            ),
+        ] = 8,
+        max_num_batched_tokens: Annotated[
+            int,
+            typer.Option(
+                min=64,
+                help="the engine's per-step token budget (longest prompt probed)",
+                metavar="N",
+            ),
+        ] = 2048,
+        max_model_len: Annotated[
+            int,
+            typer.Option(
+                min=64, help="the context length, where /v1/models does not say", metavar="N"
+            ),
+        ] = 2048,
+        kv_cache_tokens: Annotated[
+            int | None,
+            typer.Option(
+                min=1, help="KV cache tokens, where /metrics does not say (vLLM does)", metavar="N"
+            ),
+        ] = None,
+        api_key: Annotated[
+            str | None, typer.Option(help="sent as Authorization: Bearer KEY", metavar="KEY")
+        ] = None,
+        name: Annotated[
+            str | None,
+            typer.Option(help="the profile's name (default: the file's stem)", metavar="NAME"),
+        ] = None,
+    ) -> None:
+        """Fit a cost profile from a live OpenAI-compatible engine (a bounded probe)."""
+        import asyncio
+
+        import yaml
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        from fairbench.targets.precheck import check_reachable
+        from fairbench.targets.profile import ProbeDesign, ProbeError, profile_document, run_profile
+
+        if out_file.exists() and out_file.is_dir():
+            raise UsageFailure(f"--out {out_file}: a directory; give the profile's file name")
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        url = target_url.rstrip("/").removesuffix("/v1")
+        asyncio.run(check_reachable(url, headers, label="--target-url"))
+        design = ProbeDesign(
+            max_model_len=max_model_len,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            kv_cache_tokens=kv_cache_tokens,
+            budget_s=budget,
+        )
+        bar = Progress(
+            TextColumn("{task.description:<14}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total}"),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=not sys.stderr.isatty(),
+        )
+        tasks: dict[str, int] = {}
+
+        def progress(phase: str, done: int, total: int) -> None:
+            if phase not in tasks:
+                tasks[phase] = bar.add_task(phase, total=total)
+            bar.update(tasks[phase], completed=done, total=total)
+
+        try:
+            with bar:
+                result, fit = asyncio.run(run_profile(url, model, design, headers, progress))
+        except ProbeError as error:
+            raise UsageFailure(f"--target-url {url}: {error}") from None
+        doc = profile_document(
+            result, fit, name or out_file.stem, max_num_seqs, max_num_batched_tokens
+        )
+        out_file.parent.mkdir(parents=True, exist_ok=True)
+        header = (
+            f"# Fitted by `fairbench profile` from {result.engine.model}: "
+            f"{fit.n} observations in {result.seconds:.0f} s, RMS relative residual "
+            f"{fit.rms_relative:.1%}. Load it with scheduler: {{profile: {out_file.name}}}.\n"
+        )
+        out_file.write_text(header + yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+        table = Table(title=f"profile of {result.engine.model}", title_justify="left")
+        for col in ("coefficient", "value", "std. error"):
+            table.add_column(col, justify="left" if col == "coefficient" else "right")
+        for key, value in fit.coefficients.items():
+            table.add_row(key, f"{value:.4g}", f"{fit.stderr[key]:.2g}")
+        out.print(table)
+        if result.truncated:
+            out.print(
+                f"the budget ({budget:g} s) cut the probe short; raise --budget for a fuller fit",
+                markup=False,
+                highlight=False,
+            )
+        out.print(f"wrote {out_file}", markup=False, highlight=False)
