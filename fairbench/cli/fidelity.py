@@ -130,6 +130,12 @@ def register(app: typer.Typer) -> None:
                 min=10.0, help="seconds the probe may take (it stops, then fits)", metavar="S"
             ),
         ] = 240.0,
+        rounds: Annotated[
+            int,
+            typer.Option(
+                "--rounds", min=1, help="most rounds of the probe (medians per point)", metavar="N"
+            ),
+        ] = 8,
         max_num_seqs: Annotated[
             int,
             typer.Option(
@@ -186,6 +192,7 @@ def register(app: typer.Typer) -> None:
             max_num_batched_tokens=max_num_batched_tokens,
             kv_cache_tokens=kv_cache_tokens,
             budget_s=budget,
+            max_rounds=rounds,
         )
         bar = Progress(
             TextColumn("{task.description:<14}"),
@@ -223,10 +230,10 @@ def register(app: typer.Typer) -> None:
         for key, value in fit.coefficients.items():
             table.add_row(key, f"{value:.4g}", f"{fit.stderr[key]:.2g}")
         out.print(table)
-        if result.truncated:
-            out.print(
-                f"the budget ({budget:g} s) cut the probe short; raise --budget for a fuller fit",
-                markup=False,
-                highlight=False,
-            )
+        out.print(
+            f"{result.rounds} round(s) of the probe in {result.seconds:.0f} s"
+            + (f" (the --budget of {budget:g} s allowed no more)" if result.truncated else ""),
+            markup=False,
+            highlight=False,
+        )
         out.print(f"wrote {out_file}", markup=False, highlight=False)

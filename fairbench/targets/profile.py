@@ -25,10 +25,14 @@ The experiment, one phase at a time (nothing else should load the engine meanwhi
    decode streams' gap that ends with its first token is the mixed step: its prefill chunk and
    the B decode tokens in one pass. This is what separates `a` from the request overhead.
 
-Prompts are distinct random words (an engine's prefix cache must not make a prefill free);
-their token counts are what the server reports in `usage`, not what was asked. The fit is
-`scipy.optimize.least_squares` on relative residuals with a soft-L1 loss (a late wake of the
-client's loop is an outlier, not a trend), coefficients ≥ 0, started from the linear fits of
+The three phases are one round; rounds repeat while the budget lasts (a round starts only if
+one as long as the longest so far still fits; `max_rounds` at most), and the fit takes the
+median of each design point over the rounds, so one slow round (a neighbour's burst, a late
+wake) does not move it. Prompts are distinct random words (an engine's prefix cache must not
+make a prefill free); their token counts are what the server reports in `usage`, not what was
+asked. The fit is
+`scipy.optimize.least_squares` on relative residuals with a soft-L1 loss (an outlier that
+survives the median is not a trend), coefficients ≥ 0, started from the linear fits of
 each phase; each coefficient's standard error comes from the Jacobian at the solution. The
 engine's own description is read where it gives one: vLLM's `/metrics` `cache_config_info`
 (block size, GPU blocks → `kv_cache_tokens`), `/v1/models` (`max_model_len`), `/version`.
@@ -68,6 +72,7 @@ class Observation:
     batch: int  # decode sequences in the step
     context: int  # their context tokens
     ms: float
+    key: str = ""  # the design point: the fit takes the median over rounds of each
 
 
 @dataclass
@@ -100,6 +105,7 @@ class ProbeDesign:
     mixed_batch: int = 4
     mixed_prompts: tuple[int, ...] = (256, 512, 1024)
     budget_s: float = 240.0
+    max_rounds: int = 8
     seed: int = 0
 
     def longest_prompt(self) -> int:
@@ -141,7 +147,8 @@ class ProbeResult:
     design: ProbeDesign
     observations: list[Observation]
     seconds: float
-    truncated: bool  # the budget ran out before every phase ran
+    rounds: int
+    truncated: bool  # the budget stopped the rounds before max_rounds
 
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
@@ -210,7 +217,9 @@ class Client:
                 except ValueError:
                     raise ProbeError(f"{url}: not an OpenAI stream ({data[:80]!r})") from None
                 choices = chunk.get("choices") or []
-                if choices and (choices[0].get("text") or "") != "":
+                # a token whose text is still held back (a partial character) streams ""; the
+                # last one comes with finish_reason either way
+                if choices and (choices[0].get("text") or choices[0].get("finish_reason")):
                     out.token_ns.append(now)
                 usage = chunk.get("usage")
                 if isinstance(usage, dict):
@@ -328,61 +337,54 @@ def gap_at(streams: Sequence[Stream], at_ns: int) -> float | None:
     return float(np.median(steps)) / 1e6 if steps else None
 
 
-async def probe(
-    client: Client, design: ProbeDesign, progress: Progress | None = None
-) -> tuple[list[Observation], bool]:
-    """Run the three phases within the design's budget; the observations, and whether the
-    budget cut the experiment short."""
-    t0 = time.monotonic()
-    say = progress or (lambda phase, done, total: None)
+async def one_round(
+    client: Client, design: ProbeDesign, key: int, say: Progress
+) -> list[Observation]:
+    """The three phases once: every prefill length (`prefill_reps` times), every decode
+    configuration, every mixed step."""
     obs: list[Observation] = []
-    cut = False
-
-    def over() -> bool:
-        return time.monotonic() - t0 > design.budget_s
-
-    await client.calibrate()
     lengths = design.prefill_lengths()
-    total = len(lengths) * design.prefill_reps
-    for k in range(total):
-        if over():
-            cut = True
-            break
-        n = lengths[k % len(lengths)]
-        s = await client.stream(n, 1)
-        prompt = int(s.prompt_tokens or n)
-        obs.append(Observation("prefill", prompt, 0, 0, (s.token_ns[0] - s.sent_ns) / 1e6))
-        say("prefill sweep", k + 1, total)
-
     configs = [
         (b, p)
         for p in design.decode_prompts()
         for b in design.batches()
         if design.fits_kv(b, p, design.decode_tokens)
     ]
-    for k, (batch, prompt) in enumerate(configs):
-        if over():
-            cut = True
-            break
+    batch = max(1, min(design.mixed_batch, design.max_num_seqs - 1))
+    tokens = 3 * design.decode_tokens
+    mixed = [
+        min(n, design.longest_prompt())
+        for n in design.mixed_prompts
+        if n + batch <= design.max_num_batched_tokens
+        and design.fits_kv(batch + 1, max(n, 32), tokens)
+    ]
+    total = len(lengths) * design.prefill_reps + len(configs) + len(mixed)
+    done = 0
+
+    def step(phase: str) -> None:
+        nonlocal done
+        done += 1
+        say(f"round {key + 1}: {phase}", done, total)
+
+    for _ in range(design.prefill_reps):
+        for n in lengths:
+            s = await client.stream(n, 1)
+            prompt = int(s.prompt_tokens or n)
+            ttft = (s.token_ns[0] - s.sent_ns) / 1e6
+            obs.append(Observation("prefill", prompt, 0, 0, ttft, f"prefill {n}"))
+            step("prefill")
+    for batch_, prompt in configs:
         streams = await asyncio.gather(
-            *(client.stream(prompt, design.decode_tokens) for _ in range(batch))
+            *(client.stream(prompt, design.decode_tokens) for _ in range(batch_))
         )
         found = steady_gap(streams)
         if found is not None:
             gap, made = found
             real_prompt = int(np.mean([s.prompt_tokens or prompt for s in streams]))
-            context = round(batch * (real_prompt + made))
-            obs.append(Observation("decode", 0, batch, context, gap))
-        say("decode sweep", k + 1, len(configs))
-
-    batch = max(1, min(design.mixed_batch, design.max_num_seqs - 1))
-    tokens = 3 * design.decode_tokens
-    mixed = [n for n in design.mixed_prompts if n + batch <= design.max_num_batched_tokens]
-    mixed = [min(n, design.longest_prompt()) for n in mixed]
-    for k, n in enumerate(mixed):
-        if over() or not design.fits_kv(batch + 1, max(n, 32), tokens):
-            cut = cut or over()
-            break
+            context = round(batch_ * (real_prompt + made))
+            obs.append(Observation("decode", 0, batch_, context, gap, f"decode {batch_}x{prompt}"))
+        step("decode")
+    for n in mixed:
         live = [Stream(0) for _ in range(batch)]
         decoders = [asyncio.create_task(client.stream(32, tokens, s)) for s in live]
         # the long prompt arrives once they all decode, a third of the way through their output
@@ -395,9 +397,33 @@ async def probe(
             made = np.mean([sum(1 for t in s.token_ns if t <= at) for s in streams])
             prompt = int(np.mean([s.prompt_tokens or 32 for s in streams]))
             context = round(batch * (prompt + made))
-            obs.append(Observation("mixed", int(long.prompt_tokens or n), batch, context, gap))
-        say("mixed steps", k + 1, len(mixed))
-    return obs, cut
+            n_real = int(long.prompt_tokens or n)
+            obs.append(Observation("mixed", n_real, batch, context, gap, f"mixed {n}+{batch}"))
+        step("mixed")
+    return obs
+
+
+async def probe(
+    client: Client, design: ProbeDesign, progress: Progress | None = None
+) -> tuple[list[Observation], int, bool]:
+    """Rounds of the experiment while the budget lasts: a round is started only if another
+    as long as the longest so far still fits (at least one round runs), up to `max_rounds`.
+    Returns the observations, the rounds run, and whether the budget stopped them."""
+    t0 = time.monotonic()
+    say = progress or (lambda phase, done, total: None)
+    await client.calibrate()
+    obs: list[Observation] = []
+    longest = 0.0
+    rounds = 0
+    while rounds < design.max_rounds:
+        elapsed = time.monotonic() - t0
+        if rounds and elapsed + longest > design.budget_s:
+            return obs, rounds, True
+        started = time.monotonic()
+        obs += await one_round(client, design, rounds, say)
+        longest = max(longest, time.monotonic() - started)
+        rounds += 1
+    return obs, rounds, False
 
 
 async def _until(live: list[Stream], tokens: int, tasks: list[asyncio.Task[Stream]]) -> None:
@@ -441,18 +467,43 @@ def _start(obs: Sequence[Observation]) -> np.ndarray:
 class Fit:
     coefficients: dict[str, float]
     stderr: dict[str, float]
-    residuals: list[dict[str, Any]]
+    residuals: list[dict[str, Any]]  # per design point: its median, the fit, the residual
     rms_relative: float
-    n: int
+    n: int  # design points
+    raw: list[dict[str, Any]]  # every observation of every round
 
     def profile_fields(self) -> dict[str, float]:
         return {k: v for k, v in self.coefficients.items() if k != "overhead"}
 
 
-def fit(obs: Sequence[Observation]) -> Fit:
-    """Least squares over the cost model's coefficients (and the request overhead)."""
+def medians(obs: Sequence[Observation]) -> list[Observation]:
+    """One observation per design point: the median over its repetitions (a late wake or a
+    neighbour's burst in one round does not move it)."""
+    groups: dict[str, list[Observation]] = {}
+    for o in obs:
+        groups.setdefault(o.key or f"{o.kind} {o.n} {o.batch} {o.context}", []).append(o)
+    out = []
+    for key, rows in groups.items():
+        med = lambda f, rows=rows: float(np.median([getattr(r, f) for r in rows]))  # noqa: E731
+        out.append(
+            Observation(
+                rows[0].kind,
+                round(med("n")),
+                rows[0].batch,
+                round(med("context")),
+                med("ms"),
+                key,
+            )
+        )
+    return out
+
+
+def fit(raw: Sequence[Observation]) -> Fit:
+    """Least squares over the cost model's coefficients (and the request overhead), on the
+    median of each design point."""
     from scipy.optimize import least_squares
 
+    obs = medians(raw)
     kinds = {o.kind for o in obs}
     if not {"prefill", "decode"} <= kinds or len(obs) < len(COEFFICIENTS):
         raise ProbeError(
@@ -471,7 +522,7 @@ def fit(obs: Sequence[Observation]) -> Fit:
         x0 / typical,
         bounds=(0.0, np.inf),
         loss="soft_l1",
-        f_scale=0.05,
+        f_scale=0.25,
         diff_step=1e-3,
         max_nfev=4000,
     )
@@ -487,7 +538,8 @@ def fit(obs: Sequence[Observation]) -> Fit:
     pred = predict(obs, x)
     rows = [
         {**asdict(o), "ms": round(o.ms, 3), "fit_ms": round(float(p), 3),
-         "residual_pct": round(100 * (float(p) - o.ms) / o.ms, 2) if o.ms > 0 else None}
+         "residual_pct": round(100 * (float(p) - o.ms) / o.ms, 2) if o.ms > 0 else None,
+         "repeats": sum(1 for r in raw if r.key == o.key)}
         for o, p in zip(obs, pred, strict=True)
     ]  # fmt: skip
     return Fit(
@@ -496,6 +548,7 @@ def fit(obs: Sequence[Observation]) -> Fit:
         residuals=rows,
         rms_relative=float(np.sqrt(np.mean(((pred - y) / scale) ** 2))),
         n=len(obs),
+        raw=[{**asdict(o), "ms": round(o.ms, 3)} for o in raw],
     )
 
 
@@ -517,12 +570,14 @@ def profile_document(
         + (f" (engine {info.version})" if info.version else ""),
     )
     doc["fit"] = {
-        "method": "scipy.optimize.least_squares, relative residuals, soft-L1 (f_scale 0.05), "
+        "method": "scipy.optimize.least_squares, relative residuals, soft-L1 (f_scale 0.25), "
         "coefficients >= 0; overhead_ms is the request overhead in every TTFT (not a step cost)",
         "overhead_ms": the_fit.coefficients["overhead"],
         "stderr": the_fit.stderr,
         "rms_relative_residual": round(the_fit.rms_relative, 4),
-        "observations": the_fit.n,
+        "design_points": the_fit.n,
+        "observations": len(the_fit.raw),
+        "rounds": result.rounds,
         "probe_seconds": round(result.seconds, 1),
         "truncated_by_budget": result.truncated,
         "engine": {
@@ -541,9 +596,11 @@ def profile_document(
             "decode_tokens": design.decode_tokens,
             "mixed_batch": design.mixed_batch,
             "mixed_prompts": list(design.mixed_prompts),
+            "max_rounds": design.max_rounds,
             "seed": design.seed,
         },
-        "data": the_fit.residuals,
+        "points": the_fit.residuals,
+        "data": the_fit.raw,
     }
     if not info.kv_cache_tokens and not design.kv_cache_tokens:
         doc["fit"]["kv_cache_tokens_note"] = (
@@ -570,8 +627,8 @@ async def run_profile(
     started = time.monotonic()
     try:
         async with Client(base, info.model, headers, design.seed) as client:
-            obs, cut = await probe(client, design, progress)
+            obs, rounds, cut = await probe(client, design, progress)
     except (aiohttp.ClientError, TimeoutError) as error:
         raise ProbeError(f"{base}: the probe failed ({type(error).__name__}: {error})") from None
-    result = ProbeResult(info, design, obs, time.monotonic() - started, cut)
+    result = ProbeResult(info, design, obs, time.monotonic() - started, rounds, cut)
     return result, fit(obs)
