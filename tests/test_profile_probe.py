@@ -65,11 +65,13 @@ def test_fit_recovers_the_servers_profile(fitted: Path) -> None:
     assert fit["rms_relative_residual"] < 0.1  # the form fits the engine it came from
     for key, true in TRUTH.items():
         got, se = doc[key], fit["stderr"][key]
-        # within 4 standard errors of the fit (plus the 4-significant-digit rounding)
-        assert abs(got - true) <= 4 * se + 1e-3 * max(true, 1e-9) + 1e-9, (key, got, true, se)
-    # the slopes are pinned well: each within 5%
-    for key in ("b", "d", "e", "f"):
-        assert doc[key] == pytest.approx(TRUTH[key], rel=0.05), key
+        # within 4 standard errors of the fit, plus 5% of the value: on a loaded machine the
+        # server's steps end late, and lateness adds to every step alike (a bias the standard
+        # error cannot see)
+        assert abs(got - true) <= 4 * se + 0.05 * true + 1e-9, (key, got, true, se, fit["points"])
+    # the server adds no prefill chunk to its decode step (its form is `max`), and the fit
+    # tells the two forms apart
+    assert doc["mixed_step"] == "max", fit["mixed_step"]
     # the request overhead is its own term, not folded into the step cost
     assert fit["overhead_ms"] >= 0 and "overhead" not in doc
 
