@@ -93,6 +93,14 @@ def test_unreachable_engine_is_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "p.yaml").exists()
 
 
+def test_not_a_url_is_one_line(tmp_path: Path) -> None:
+    proc = run_cli("profile", "--target-url", "localhost:8000", timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        "--target-url localhost:8000: not an http(s) URL; e.g. http://127.0.0.1:8000"
+    )
+
+
 def refusing_server() -> web.Application:
     """Lists a model, then answers every completion with 400 (a server that refuses)."""
 

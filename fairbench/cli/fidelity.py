@@ -185,6 +185,10 @@ def register(app: typer.Typer) -> None:
             raise UsageFailure(f"--out {out_file}: a directory; give the profile's file name")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         url = target_url.rstrip("/").removesuffix("/v1")
+        if not url.startswith(("http://", "https://")) or url[-3:] == "://":
+            raise UsageFailure(
+                f"--target-url {target_url}: not an http(s) URL; e.g. http://127.0.0.1:8000"
+            )
         asyncio.run(check_reachable(url, headers, label="--target-url"))
         design = ProbeDesign(
             max_model_len=max_model_len,
