@@ -109,7 +109,9 @@ class ProbeDesign:
     seed: int = 0
 
     def longest_prompt(self) -> int:
-        return max(16, min(self.max_model_len - 8, self.max_num_batched_tokens - 8))
+        """95% of what one step and the context hold: prompts are sized in words, and the
+        engine's tokenizer may count a few more tokens than the words suggested."""
+        return max(16, int(0.95 * min(self.max_model_len - 8, self.max_num_batched_tokens - 8)))
 
     def prefill_lengths(self) -> list[int]:
         top = self.longest_prompt()
@@ -567,7 +569,7 @@ def fit_form(raw: Sequence[Observation], form: str) -> Fit:
 
 
 def profile_document(
-    result: ProbeResult, the_fit: Fit, name: str, max_num_seqs: int, budget: int
+    result: ProbeResult, the_fit: Fit, name: str, max_num_seqs: int, step_tokens: int
 ) -> dict[str, Any]:
     """The profile YAML: the coefficients the simulator loads, the engine's limits, and a
     `fit:` block (the loader ignores it) with the residuals, the raw probe data and the
@@ -578,7 +580,7 @@ def profile_document(
     doc.update(
         kv_cache_tokens=int(kv) if kv else 100_000,
         max_num_seqs=int(max_num_seqs),
-        max_num_batched_tokens=int(budget),
+        max_num_batched_tokens=int(step_tokens),
         chunked_prefill=True,
         mixed_step=the_fit.form,
         source=f"fairbench profile of {info.model}"
