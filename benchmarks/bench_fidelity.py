@@ -24,6 +24,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a script from anywhere
 
@@ -78,6 +80,13 @@ def main() -> int:
                 cli("run", str(SCENARIO), "--target-url", s.url, "--out", str(out), "--quiet",
                     *HEALTH)  # fmt: skip
                 runs[policy].append(out)
+    # the simulated vLLM ranks a request by its class's priority; the live target sends
+    # target.priority's values, so the classes get the same numbers (the plan is unchanged)
+    doc = yaml.safe_load(SCENARIO.read_text(encoding="utf-8"))
+    ranks = [
+        f"--set=slo_classes.{name}.priority={value}"
+        for name, value in doc["target"]["priority"]["values"].items()
+    ]
     rows = []
     for policy in ("fcfs", "priority"):
         sim = work / f"sim-{policy}"
@@ -86,7 +95,7 @@ def main() -> int:
             f"max_num_seqs: {MAX_NUM_SEQS}}}"
         )
         cli("run", str(SCENARIO), "--set", "target={kind: sim}", "--set", scheduler,
-            *HEALTH, "--out", str(sim), "--quiet")  # fmt: skip
+            *ranks, *HEALTH, "--out", str(sim), "--quiet")  # fmt: skip
         real, again = runs[policy]
         fid = json.loads(
             cli("fidelity", str(real), str(sim), "--noise", str(again), "--json").stdout
