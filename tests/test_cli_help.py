@@ -34,6 +34,8 @@ COMMANDS = [
     "gate",
     "report",
     "metrics",
+    "fidelity",
+    "profile",
 ]
 ENV = {**os.environ, "COLUMNS": "100", "LINES": "50", "TERM": "dumb", "NO_COLOR": "1"}
 REGEN = os.environ.get("FAIRBENCH_REGEN_GOLDEN") == "1"

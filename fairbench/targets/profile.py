@@ -1,0 +1,653 @@
+"""`fairbench profile`: fit the simulator's cost profile from a live engine.
+
+A simulated sweep predicts a deployment only if its profile is that engine's. This module runs
+a designed, bounded experiment against any OpenAI-compatible server (`/v1/completions`,
+streamed) and fits the cost model's existing coefficient form
+(reference_scheduler.core.costmodel):
+
+    prefill_ms(n)       = max(floor, a + b·n + c·n²)
+    decode_step_ms(B,C) = max(d + e·B, a + b·B) + f·C
+    mixed step          = max(d + e·B, max(floor, a + b·(n + B) + c·n²)) + f·C
+
+The experiment, one phase at a time (nothing else should load the engine meanwhile):
+
+1. **Prefill sweep.** One request at a time, `max_tokens=1`, prompt lengths spaced
+   geometrically up to the model's context (and the per-step token budget, so a prompt is one
+   step). Observed: the time to the first token, which is `overhead + prefill_ms(n)`;
+   `overhead` (HTTP, tokenisation, the API server) is fitted as its own term — it is not a step
+   cost, and the simulator has no place for it — and stated in the profile's `fit:` block.
+2. **Decode sweep.** B concurrent streams (B = 1, 2, 4, … up to `max_num_seqs`) at a short and
+   a long prompt, `ignore_eos` so each produces its tokens. Once all B decode, each step emits
+   one token per stream: the median gap between a stream's tokens there is
+   `decode_step_ms(B, C)`, C the batch's context at the middle of that stretch. Gaps are
+   measured between tokens on the client, so no request overhead is in them.
+3. **Mixed steps.** While B streams decode, one long prompt arrives (`max_tokens=1`). The
+   decode streams' gap that ends with its first token is the mixed step: its prefill chunk and
+   the B decode tokens in one pass. This is what separates `a` from the request overhead.
+
+The three phases are one round; rounds repeat while the budget lasts (a round starts only if
+one as long as the longest so far still fits; `max_rounds` at most), and the fit takes the
+median of each design point over the rounds, so one slow round (a neighbour's burst, a late
+wake) does not move it. Prompts are distinct random words (an engine's prefix cache must not
+make a prefill free); their token counts are what the server reports in `usage`, not what was
+asked. The fit is
+`scipy.optimize.least_squares` on relative residuals with a soft-L1 loss (an outlier that
+survives the median is not a trend), coefficients ≥ 0, started from the linear fits of
+each phase; each coefficient's standard error comes from the Jacobian at the solution. The
+engine's own description is read where it gives one: vLLM's `/metrics` `cache_config_info`
+(block size, GPU blocks → `kv_cache_tokens`), `/v1/models` (`max_model_len`), `/version`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import aiohttp
+import numpy as np
+
+from reference_scheduler.core.costmodel import Profile
+from reference_scheduler.core.tokenizer import VOCAB
+
+COEFFICIENTS = ("a", "b", "c", "d", "e", "f", "overhead")
+REQUEST_TIMEOUT_S = 120.0
+
+
+class ProbeError(Exception):
+    """The engine refused or failed the probe; the message is one line."""
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One measured step (or TTFT): its kind, the step's terms, and the milliseconds."""
+
+    kind: str  # prefill | decode | mixed
+    n: int  # prefill tokens in the step
+    batch: int  # decode sequences in the step
+    context: int  # their context tokens
+    ms: float
+    key: str = ""  # the design point: the fit takes the median over rounds of each
+
+
+@dataclass
+class EngineInfo:
+    model: str
+    version: str | None = None
+    max_model_len: int | None = None
+    block_size: int | None = None
+    num_gpu_blocks: int | None = None
+    source: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def kv_cache_tokens(self) -> int | None:
+        if self.block_size and self.num_gpu_blocks:
+            return self.block_size * self.num_gpu_blocks
+        return None
+
+
+@dataclass
+class ProbeDesign:
+    """The experiment. Every list is capped by the engine's limits before it runs."""
+
+    max_model_len: int = 2048
+    max_num_seqs: int = 8
+    max_num_batched_tokens: int = 2048
+    kv_cache_tokens: int | None = None
+    prefill_points: int = 8
+    prefill_reps: int = 2
+    decode_tokens: int = 24
+    mixed_batch: int = 4
+    mixed_prompts: tuple[int, ...] = (256, 512, 1024)
+    budget_s: float = 240.0
+    max_rounds: int = 8
+    seed: int = 0
+
+    def longest_prompt(self) -> int:
+        """95% of what one step and the context hold: prompts are sized in words, and the
+        engine's tokenizer may count a few more tokens than the words suggested."""
+        return max(16, int(0.95 * min(self.max_model_len - 8, self.max_num_batched_tokens - 8)))
+
+    def prefill_lengths(self) -> list[int]:
+        top = self.longest_prompt()
+        points = np.geomspace(16, top, self.prefill_points)
+        return sorted({round(p) for p in points})
+
+    def batches(self) -> list[int]:
+        out, b = [], 1
+        while b < self.max_num_seqs:
+            out.append(b)
+            b *= 2
+        return [*out, self.max_num_seqs]
+
+    def decode_prompts(self) -> list[int]:
+        return sorted({32, max(32, min(self.longest_prompt() // 2, 1024))})
+
+    def fits_kv(self, batch: int, prompt: int, output: int) -> bool:
+        kv = self.kv_cache_tokens
+        return kv is None or batch * (prompt + output + 16) <= 0.9 * kv
+
+
+@dataclass
+class Stream:
+    """One streamed request as the client saw it."""
+
+    sent_ns: int
+    token_ns: list[int] = field(default_factory=list)
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+@dataclass
+class ProbeResult:
+    engine: EngineInfo
+    design: ProbeDesign
+    observations: list[Observation]
+    seconds: float
+    rounds: int
+    truncated: bool  # the budget stopped the rounds before max_rounds
+
+
+Progress = Callable[[str, int, int], None]  # (phase, done, total)
+
+
+# ---------------------------------------------------------------- talking to the engine
+
+
+class Client:
+    """Streams completions and stamps each chunk's arrival on the monotonic clock."""
+
+    def __init__(self, base: str, model: str, headers: dict[str, str], seed: int) -> None:
+        self.base, self.model, self.headers = base.rstrip("/"), model, headers
+        self.rng = np.random.default_rng(seed)
+        self.words_per_token = 1.0  # learnt from the first reply's usage
+        self.session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> Client:
+        self.session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S),
+            connector=aiohttp.TCPConnector(limit=0),
+        )
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.session is not None:
+            await self.session.close()
+
+    def prompt(self, tokens: int) -> str:
+        words = max(1, round(tokens * self.words_per_token))
+        picks = self.rng.integers(0, len(VOCAB), words)
+        return " ".join(VOCAB[int(i)] for i in picks)
+
+    async def stream(self, tokens: int, max_tokens: int, out: Stream | None = None) -> Stream:
+        """Send one streamed request; `out` (if given) fills as tokens arrive."""
+        assert self.session is not None
+        body = {
+            "model": self.model,
+            "prompt": self.prompt(tokens),
+            "max_tokens": max_tokens,
+            "min_tokens": max_tokens,
+            "ignore_eos": True,
+            "temperature": 0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        out = out or Stream(0)
+        out.sent_ns = time.perf_counter_ns()
+        url = f"{self.base}/v1/completions"
+        async with self.session.post(url, json=body, headers=self.headers) as resp:
+            if resp.status != 200:
+                text = (await resp.text())[:200].replace("\n", " ")
+                raise ProbeError(
+                    f"{url}: the engine refused the probe (HTTP {resp.status}: {text})"
+                )
+            async for raw in resp.content:
+                line = raw.strip()
+                if not line.startswith(b"data:"):
+                    continue
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    break
+                now = time.perf_counter_ns()
+                try:
+                    chunk = json.loads(data)
+                except ValueError:
+                    raise ProbeError(f"{url}: not an OpenAI stream ({data[:80]!r})") from None
+                choices = chunk.get("choices") or []
+                # a token whose text is still held back (a partial character) streams ""; the
+                # last one comes with finish_reason either way
+                if choices and (choices[0].get("text") or choices[0].get("finish_reason")):
+                    out.token_ns.append(now)
+                usage = chunk.get("usage")
+                if isinstance(usage, dict):
+                    out.prompt_tokens = usage.get("prompt_tokens")
+                    out.completion_tokens = usage.get("completion_tokens")
+        if not out.token_ns:
+            raise ProbeError(f"{url}: the engine streamed no token for a probe request")
+        return out
+
+    async def calibrate(self) -> None:
+        """How many words make a token on this engine's tokenizer (usage of one probe)."""
+        asked = 64
+        s = await self.stream(asked, 1)
+        if s.prompt_tokens:
+            self.words_per_token = asked / max(1, s.prompt_tokens)
+
+
+async def _get(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> Any:
+    try:
+        async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(10)) as r:
+            if r.status != 200:
+                return None
+            text = await r.text()
+    except (aiohttp.ClientError, TimeoutError):
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+_CACHE_INFO = re.compile(r"^vllm:cache_config_info\{([^}]*)\}", re.MULTILINE)
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def cache_config(metrics_text: str) -> dict[str, str]:
+    """The labels of vLLM's `cache_config_info` gauge (empty for another engine)."""
+    found = _CACHE_INFO.search(metrics_text or "")
+    return dict(_LABEL.findall(found.group(1))) if found else {}
+
+
+async def engine_info(base: str, model: str | None, headers: dict[str, str]) -> EngineInfo:
+    base = base.rstrip("/")
+    async with aiohttp.ClientSession() as session:
+        models = await _get(session, f"{base}/v1/models", headers)
+        metrics = await _get(session, f"{base}/metrics", headers)
+        version = await _get(session, f"{base}/version", headers)
+    listed = models.get("data") if isinstance(models, dict) else None
+    entry = next(
+        (
+            m
+            for m in listed or []
+            if isinstance(m, dict) and (model is None or m.get("id") == model)
+        ),
+        None,
+    )
+    if model is None:
+        if entry is None:
+            raise ProbeError(f"{base}/v1/models lists no model; name one with --model")
+        model = str(entry["id"])
+    info = EngineInfo(model)
+    if isinstance(version, dict) and version.get("version") is not None:
+        info.version, info.source["version"] = str(version["version"]), "/version"
+    if entry is not None and isinstance(entry.get("max_model_len"), int):
+        info.max_model_len = int(entry["max_model_len"])
+        info.source["max_model_len"] = "/v1/models"
+    labels = cache_config(metrics if isinstance(metrics, str) else "")
+    for key in ("block_size", "num_gpu_blocks"):
+        value = labels.get(key)
+        if value and value.isdigit():
+            setattr(info, key, int(value))
+            info.source[key] = "/metrics cache_config_info"
+    return info
+
+
+# ---------------------------------------------------------------- the experiment
+
+
+def steady_gap(streams: Sequence[Stream]) -> tuple[float, float] | None:
+    """(median gap in ms, mean tokens generated) over the stretch where every stream decodes:
+    after the last first token, up to the first last token."""
+    if any(len(s.token_ns) < 3 for s in streams):
+        return None
+    start = max(s.token_ns[0] for s in streams)
+    end = min(s.token_ns[-1] for s in streams)
+    gaps, made = [], []
+    for s in streams:
+        t = np.array(s.token_ns, dtype=np.int64)
+        inside = np.flatnonzero((t > start) & (t <= end))
+        inside = inside[inside >= 1]
+        if len(inside):
+            gaps.extend((t[inside] - t[inside - 1]).tolist())
+            made.append(float(np.median(inside)))
+    if len(gaps) < 2:
+        return None
+    return float(np.median(gaps)) / 1e6, float(np.mean(made))
+
+
+def gap_at(streams: Sequence[Stream], at_ns: int) -> float | None:
+    """The step that delivered the event at `at_ns`, in ms: per decode stream, the token
+    delivered with it (the nearest arrival) is token k, and the step is t_k − t_(k−2) less the
+    stream's median decode gap before it; the median over streams. Two gaps, not one: a token
+    stamped late (the client or server busy with the arriving request) would shorten one gap
+    and lengthen the next, and over the two the lateness cancels."""
+    steps = []
+    for s in streams:
+        t = np.array(s.token_ns, dtype=np.int64)
+        if len(t) < 5:
+            continue
+        k = int(np.argmin(np.abs(t - at_ns)))
+        if k < 4:
+            continue
+        before = float(np.median(np.diff(t[: k - 1])))
+        steps.append(float(t[k] - t[k - 2]) - before)
+    return float(np.median(steps)) / 1e6 if steps else None
+
+
+async def one_round(
+    client: Client, design: ProbeDesign, key: int, say: Progress
+) -> list[Observation]:
+    """The three phases once: every prefill length (`prefill_reps` times), every decode
+    configuration, every mixed step."""
+    obs: list[Observation] = []
+    lengths = design.prefill_lengths()
+    configs = [
+        (b, p)
+        for p in design.decode_prompts()
+        for b in design.batches()
+        if design.fits_kv(b, p, design.decode_tokens)
+    ]
+    batch = max(1, min(design.mixed_batch, design.max_num_seqs - 1))
+    tokens = 3 * design.decode_tokens
+    mixed = [
+        min(n, design.longest_prompt())
+        for n in design.mixed_prompts
+        if n + batch <= design.max_num_batched_tokens
+        and design.fits_kv(batch + 1, max(n, 32), tokens)
+    ]
+    total = len(lengths) * design.prefill_reps + len(configs) + len(mixed)
+    done = 0
+
+    def step(phase: str) -> None:
+        nonlocal done
+        done += 1
+        say(f"round {key + 1}: {phase}", done, total)
+
+    for _ in range(design.prefill_reps):
+        for n in lengths:
+            s = await client.stream(n, 1)
+            prompt = int(s.prompt_tokens or n)
+            ttft = (s.token_ns[0] - s.sent_ns) / 1e6
+            obs.append(Observation("prefill", prompt, 0, 0, ttft, f"prefill {n}"))
+            step("prefill")
+    for batch_, prompt in configs:
+        streams = await asyncio.gather(
+            *(client.stream(prompt, design.decode_tokens) for _ in range(batch_))
+        )
+        found = steady_gap(streams)
+        if found is not None:
+            gap, made = found
+            real_prompt = int(np.mean([s.prompt_tokens or prompt for s in streams]))
+            context = round(batch_ * (real_prompt + made))
+            obs.append(Observation("decode", 0, batch_, context, gap, f"decode {batch_}x{prompt}"))
+        step("decode")
+    for n in mixed:
+        live = [Stream(0) for _ in range(batch)]
+        decoders = [asyncio.create_task(client.stream(32, tokens, s)) for s in live]
+        # the long prompt arrives once they all decode, a third of the way through their output
+        await _until(live, tokens // 3, decoders)
+        long = await client.stream(n, 1)
+        streams = await asyncio.gather(*decoders)
+        gap = gap_at(streams, long.token_ns[0])
+        if gap is not None:
+            at = long.token_ns[0]
+            made = np.mean([sum(1 for t in s.token_ns if t <= at) for s in streams])
+            prompt = int(np.mean([s.prompt_tokens or 32 for s in streams]))
+            context = round(batch * (prompt + made))
+            n_real = int(long.prompt_tokens or n)
+            obs.append(Observation("mixed", n_real, batch, context, gap, f"mixed {n}+{batch}"))
+        step("mixed")
+    return obs
+
+
+async def probe(
+    client: Client, design: ProbeDesign, progress: Progress | None = None
+) -> tuple[list[Observation], int, bool]:
+    """Rounds of the experiment while the budget lasts: a round is started only if another
+    as long as the longest so far still fits (at least one round runs), up to `max_rounds`.
+    Returns the observations, the rounds run, and whether the budget stopped them."""
+    t0 = time.monotonic()
+    say = progress or (lambda phase, done, total: None)
+    await client.calibrate()
+    obs: list[Observation] = []
+    longest = 0.0
+    rounds = 0
+    while rounds < design.max_rounds:
+        elapsed = time.monotonic() - t0
+        if rounds and elapsed + longest > design.budget_s:
+            return obs, rounds, True
+        started = time.monotonic()
+        obs += await one_round(client, design, rounds, say)
+        longest = max(longest, time.monotonic() - started)
+        rounds += 1
+    return obs, rounds, False
+
+
+async def _until(live: list[Stream], tokens: int, tasks: list[asyncio.Task[Stream]]) -> None:
+    """Poll every 2 ms until each of `live` has `tokens` tokens (or a task ended: it raised,
+    or the engine was fast)."""
+    while not all(len(s.token_ns) >= tokens for s in live) and not any(t.done() for t in tasks):
+        await asyncio.sleep(0.002)
+
+
+# ---------------------------------------------------------------- the fit
+
+
+def predict(obs: Sequence[Observation], x: np.ndarray, form: str = "max") -> np.ndarray:
+    """Milliseconds the coefficient vector `x` (COEFFICIENTS order) predicts per observation,
+    with the mixed step's `form` (costmodel's `mixed_step`: max or sum)."""
+    a, b, c, d, e, f, overhead = (float(v) for v in x)
+    prof = Profile("fit", a=a, b=b, c=c, d=d, e=e, f=f, kv_cache_tokens=1, mixed_step=form)
+    out = np.empty(len(obs))
+    for i, o in enumerate(obs):
+        ms = prof.step_ms(o.n, o.batch, o.context)
+        out[i] = ms + (overhead if o.kind == "prefill" else 0.0)
+    return out
+
+
+def _start(obs: Sequence[Observation]) -> np.ndarray:
+    """Linear fits of each phase: prefill ms on n (a + overhead, b), decode ms on B and C."""
+    pre = [o for o in obs if o.kind == "prefill"]
+    dec = [o for o in obs if o.kind == "decode"]
+    b, a0 = 0.01, 1.0
+    if len(pre) >= 2:
+        slope, icpt = np.polyfit([o.n for o in pre], [o.ms for o in pre], 1)
+        b, a0 = max(float(slope), 1e-6), max(float(icpt), 0.0)
+    d, e, f = 1.0, 0.01, 1e-5
+    if len(dec) >= 3:
+        A = np.array([[1.0, o.batch, o.context] for o in dec])
+        sol, *_ = np.linalg.lstsq(A, np.array([o.ms for o in dec]), rcond=None)
+        d, e, f = (max(float(v), 1e-6) for v in sol)
+    return np.array([a0 / 2, b, 1e-9, d, e, f, a0 / 2])
+
+
+@dataclass
+class Fit:
+    coefficients: dict[str, float]
+    stderr: dict[str, float]
+    residuals: list[dict[str, Any]]  # per design point: its median, the fit, the residual
+    rms_relative: float
+    form: str  # the mixed step's form the residuals chose (max | sum)
+    rms_by_form: dict[str, float]
+    n: int  # design points
+    raw: list[dict[str, Any]]  # every observation of every round
+
+    def profile_fields(self) -> dict[str, float]:
+        return {k: v for k, v in self.coefficients.items() if k != "overhead"}
+
+
+def medians(obs: Sequence[Observation]) -> list[Observation]:
+    """One observation per design point: the median over its repetitions (a late wake or a
+    neighbour's burst in one round does not move it)."""
+    groups: dict[str, list[Observation]] = {}
+    for o in obs:
+        groups.setdefault(o.key or f"{o.kind} {o.n} {o.batch} {o.context}", []).append(o)
+    out = []
+    for key, rows in groups.items():
+        med = lambda f, rows=rows: float(np.median([getattr(r, f) for r in rows]))  # noqa: E731
+        out.append(
+            Observation(
+                rows[0].kind,
+                round(med("n")),
+                rows[0].batch,
+                round(med("context")),
+                med("ms"),
+                key,
+            )
+        )
+    return out
+
+
+def fit(raw: Sequence[Observation]) -> Fit:
+    """Both forms of the mixed step fitted; the one with the smaller residuals is kept (a GPU
+    hides a prefill chunk in the decode step, a CPU adds it: the data say which)."""
+    fits = {form: fit_form(raw, form) for form in ("max", "sum")}
+    best = min(fits.values(), key=lambda f: f.rms_relative)
+    best.rms_by_form = {form: round(f.rms_relative, 4) for form, f in fits.items()}
+    return best
+
+
+def fit_form(raw: Sequence[Observation], form: str) -> Fit:
+    """Least squares over the cost model's coefficients (and the request overhead), on the
+    median of each design point, with the mixed step's `form`."""
+    from scipy.optimize import least_squares
+
+    obs = medians(raw)
+    kinds = {o.kind for o in obs}
+    if not {"prefill", "decode"} <= kinds or len(obs) < len(COEFFICIENTS):
+        raise ProbeError(
+            f"too few observations to fit ({len(obs)}: {sorted(kinds)}); raise --budget"
+        )
+    y = np.array([o.ms for o in obs])
+    scale = np.array([max(v, 1e-3) for v in y])
+    x0 = _start(obs)
+    typical = np.maximum(np.abs(x0), 1e-6)
+
+    def residuals(u: np.ndarray) -> np.ndarray:
+        return (predict(obs, u * typical, form) - y) / scale
+
+    sol = least_squares(
+        residuals,
+        x0 / typical,
+        bounds=(0.0, np.inf),
+        loss="soft_l1",
+        f_scale=0.25,
+        diff_step=1e-3,
+        max_nfev=4000,
+    )
+    x = sol.x * typical
+    r = residuals(sol.x)
+    dof = max(1, len(obs) - len(COEFFICIENTS))
+    jac = sol.jac / typical  # d residual / d coefficient
+    try:
+        cov = np.linalg.pinv(jac.T @ jac) * float(r @ r) / dof
+        se = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+    except np.linalg.LinAlgError:
+        se = np.full(len(x), math.nan)
+    pred = predict(obs, x, form)
+    rows = [
+        {**asdict(o), "ms": round(o.ms, 3), "fit_ms": round(float(p), 3),
+         "residual_pct": round(100 * (float(p) - o.ms) / o.ms, 2) if o.ms > 0 else None,
+         "repeats": sum(1 for r in raw if r.key == o.key)}
+        for o, p in zip(obs, pred, strict=True)
+    ]  # fmt: skip
+    return Fit(
+        coefficients={k: float(f"{v:.4g}") for k, v in zip(COEFFICIENTS, x, strict=True)},
+        stderr={k: float(f"{v:.3g}") for k, v in zip(COEFFICIENTS, se, strict=True)},
+        residuals=rows,
+        rms_relative=float(np.sqrt(np.mean(((pred - y) / scale) ** 2))),
+        form=form,
+        rms_by_form={},
+        n=len(obs),
+        raw=[{**asdict(o), "ms": round(o.ms, 3)} for o in raw],
+    )
+
+
+def profile_document(
+    result: ProbeResult, the_fit: Fit, name: str, max_num_seqs: int, step_tokens: int
+) -> dict[str, Any]:
+    """The profile YAML: the coefficients the simulator loads, the engine's limits, and a
+    `fit:` block (the loader ignores it) with the residuals, the raw probe data and the
+    engine's description."""
+    info, design = result.engine, result.design
+    kv = info.kv_cache_tokens or design.kv_cache_tokens
+    doc: dict[str, Any] = {"name": name, **the_fit.profile_fields(), "floor": 0.0}
+    doc.update(
+        kv_cache_tokens=int(kv) if kv else 100_000,
+        max_num_seqs=int(max_num_seqs),
+        max_num_batched_tokens=int(step_tokens),
+        chunked_prefill=True,
+        mixed_step=the_fit.form,
+        source=f"fairbench profile of {info.model}"
+        + (f" (engine {info.version})" if info.version else ""),
+    )
+    doc["fit"] = {
+        "method": "scipy.optimize.least_squares, relative residuals, soft-L1 (f_scale 0.25), "
+        "coefficients >= 0; overhead_ms is the request overhead in every TTFT (not a step cost)",
+        "overhead_ms": the_fit.coefficients["overhead"],
+        "stderr": the_fit.stderr,
+        "rms_relative_residual": round(the_fit.rms_relative, 4),
+        "mixed_step": f"{the_fit.form}: the smaller RMS relative residual of the two forms "
+        f"({the_fit.rms_by_form})",
+        "design_points": the_fit.n,
+        "observations": len(the_fit.raw),
+        "rounds": result.rounds,
+        "probe_seconds": round(result.seconds, 1),
+        "truncated_by_budget": result.truncated,
+        "engine": {
+            "model": info.model,
+            "version": info.version,
+            "max_model_len": info.max_model_len,
+            "block_size": info.block_size,
+            "num_gpu_blocks": info.num_gpu_blocks,
+            "read_from": dict(info.source),
+        },
+        "design": {
+            "prefill_lengths": design.prefill_lengths(),
+            "prefill_reps": design.prefill_reps,
+            "decode_batches": design.batches(),
+            "decode_prompts": design.decode_prompts(),
+            "decode_tokens": design.decode_tokens,
+            "mixed_batch": design.mixed_batch,
+            "mixed_prompts": list(design.mixed_prompts),
+            "max_rounds": design.max_rounds,
+            "seed": design.seed,
+        },
+        "points": the_fit.residuals,
+        "data": the_fit.raw,
+    }
+    if not info.kv_cache_tokens and not design.kv_cache_tokens:
+        doc["fit"]["kv_cache_tokens_note"] = (
+            "the engine did not say (no vLLM cache_config_info); 100000 assumed: pass "
+            "--kv-cache-tokens"
+        )
+    return doc
+
+
+async def run_profile(
+    base: str,
+    model: str | None,
+    design: ProbeDesign,
+    headers: dict[str, str] | None = None,
+    progress: Progress | None = None,
+) -> tuple[ProbeResult, Fit]:
+    """Read the engine's description, run the experiment, fit. Raises ProbeError (one line)."""
+    headers = dict(headers or {})
+    info = await engine_info(base, model, headers)
+    if info.max_model_len:
+        design.max_model_len = info.max_model_len
+    if info.kv_cache_tokens and design.kv_cache_tokens is None:
+        design.kv_cache_tokens = info.kv_cache_tokens
+    started = time.monotonic()
+    try:
+        async with Client(base, info.model, headers, design.seed) as client:
+            obs, rounds, cut = await probe(client, design, progress)
+    except (aiohttp.ClientError, TimeoutError) as error:
+        raise ProbeError(f"{base}: the probe failed ({type(error).__name__}: {error})") from None
+    result = ProbeResult(info, design, obs, time.monotonic() - started, rounds, cut)
+    return result, fit(obs)

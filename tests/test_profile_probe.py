@@ -1,0 +1,160 @@
+"""`fairbench profile` (issue #16, item 1): probe a live engine and fit its cost profile.
+
+The engine here is the repository's own reference server, whose step times come from a profile
+we choose, so the fit has a truth to recover. What would break if the probe or the fit were
+wrong: a coefficient off by more than the fit's own standard errors allow (the tolerance is the
+fit's, not a latency threshold: a loaded machine widens the errors and the tolerance with
+them); a profile the simulator cannot load; an unreachable engine, or one that refuses the
+probe, ending in a traceback instead of one line; vLLM's self-description not read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+import yaml
+from aiohttp import web
+
+from fairbench.targets.profile import cache_config, engine_info
+from reference_scheduler.core.costmodel import load_profile
+from reference_scheduler.server.app import build_app
+from reference_scheduler.server.config import parse_server_config
+from tests.cli import run_cli
+from tests.engines.vllm_server import free_port
+from tests.loopback import serve, serve_in_thread
+
+# Large enough that a few ms of loop lateness are small against every term: prefill of 2,000
+# tokens is 508 ms, a decode step of 8 sequences at 1,000 tokens each 68 ms.
+TRUTH = {"a": 8.0, "b": 0.25, "c": 0.0, "d": 20.0, "e": 2.0, "f": 0.004}
+
+
+def known_server() -> web.Application:
+    profile = {
+        "name": "known",
+        **TRUTH,
+        "kv_cache_tokens": 200_000,
+        "max_num_seqs": 8,
+        "max_num_batched_tokens": 2048,
+    }
+    cfg = parse_server_config({"model": "ref", "scheduler": {"policy": "fifo", "profile": profile}})
+    return build_app(cfg)
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("profile") / "fitted.yaml"
+    with serve_in_thread(known_server()) as url:
+        proc = run_cli(
+            "profile", "--target-url", url, "--out", str(out), "--max-num-seqs", "8",
+            "--max-num-batched-tokens", "2048", "--max-model-len", "4096",
+            "--kv-cache-tokens", "200000", "--budget", "40", "--rounds", "2", timeout=300,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert f"wrote {out}" in proc.stdout
+    return out
+
+
+def test_fit_recovers_the_servers_profile(fitted: Path) -> None:
+    doc = yaml.safe_load(fitted.read_text())
+    fit = doc["fit"]
+    assert fit["rounds"] >= 1 and len(fit["data"]) >= fit["design_points"]
+    kinds = {row["kind"] for row in fit["points"]}
+    assert kinds == {"prefill", "decode", "mixed"}
+    assert fit["rms_relative_residual"] < 0.1  # the form fits the engine it came from
+    for key, true in TRUTH.items():
+        got, se = doc[key], fit["stderr"][key]
+        # within 4 standard errors of the fit, plus 5% of the value: on a loaded machine the
+        # server's steps end late, and lateness adds to every step alike (a bias the standard
+        # error cannot see)
+        assert abs(got - true) <= 4 * se + 0.05 * true + 1e-9, (key, got, true, se, fit["points"])
+    # the server adds no prefill chunk to its decode step (its form is `max`), and the fit
+    # tells the two forms apart
+    assert doc["mixed_step"] == "max", fit["mixed_step"]
+    # the request overhead is its own term, not folded into the step cost
+    assert fit["overhead_ms"] >= 0 and "overhead" not in doc
+
+
+def test_fitted_profile_loads_and_simulates_like_the_truth(fitted: Path, tmp_path: Path) -> None:
+    prof = load_profile(str(fitted))
+    assert prof.max_num_seqs == 8 and prof.kv_cache_tokens == 200_000
+    for n, batch, context in ((512, 0, 0), (0, 8, 4000), (256, 4, 300)):
+        true = load_profile({"name": "t", **TRUTH, "kv_cache_tokens": 1}).step_ms(n, batch, context)
+        assert prof.step_ms(n, batch, context) == pytest.approx(true, rel=0.05)
+
+
+def test_unreachable_engine_is_one_line(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    proc = run_cli("profile", "--target-url", url, "--out", str(tmp_path / "p.yaml"), timeout=60)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "connection refused" in lines[0] and "--target-url" in lines[0]
+    assert not (tmp_path / "p.yaml").exists()
+
+
+def test_not_a_url_is_one_line(tmp_path: Path) -> None:
+    proc = run_cli("profile", "--target-url", "localhost:8000", timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        "--target-url localhost:8000: not an http(s) URL; e.g. http://127.0.0.1:8000"
+    )
+
+
+def refusing_server() -> web.Application:
+    """Lists a model, then answers every completion with 400 (a server that refuses)."""
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": "m", "max_model_len": 1024}]})
+
+    async def completions(request: web.Request) -> web.Response:
+        return web.json_response({"error": {"message": "no"}}, status=400)
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/completions", completions)
+    return app
+
+
+def test_engine_refusing_the_probe_is_one_line(tmp_path: Path) -> None:
+    with serve_in_thread(refusing_server()) as url:
+        proc = run_cli("profile", "--target-url", url, "--out", str(tmp_path / "p.yaml"))
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "refused the probe (HTTP 400" in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+VLLM_METRICS = """# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="16",cache_dtype="auto",enable_prefix_caching="True",num_cpu_blocks="None",num_gpu_blocks="4096"} 1.0
+vllm:num_requests_running{engine="0",model_name="tiny"} 0.0
+"""  # noqa: E501
+
+
+def test_reads_what_vllm_says_about_itself() -> None:
+    assert cache_config(VLLM_METRICS)["num_gpu_blocks"] == "4096"
+    assert cache_config("scheduler_queue_depth 0\n") == {}
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": "tiny", "max_model_len": 2048}]})
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(text=VLLM_METRICS)
+
+    async def version(request: web.Request) -> web.Response:
+        return web.json_response({"version": "0.9.9"})
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/version", version)
+
+    async def main() -> None:
+        async with serve(app) as url:
+            info = await engine_info(url, None, {})
+        assert (info.model, info.version, info.max_model_len) == ("tiny", "0.9.9", 2048)
+        assert info.kv_cache_tokens == 16 * 4096
+        assert info.source["num_gpu_blocks"] == "/metrics cache_config_info"
+
+    asyncio.run(main())
