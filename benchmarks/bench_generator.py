@@ -124,8 +124,14 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--rates", default="250,500,750,1000,1250,1500,2000")
+    parser.add_argument("--ray", action="store_true", help="1 and 2 Ray actors (_ray_generator)")
     args = parser.parse_args()
     rates = [float(x) for x in args.rates.split(",")]
+    if args.ray:  # keep-up and added TTFT from Ray actors, and Ray's start-up cost
+        from _ray_generator import main_ray
+
+        main_ray(rates, args.seconds)
+        return
     workdir = Path(tempfile.mkdtemp(prefix="fb-bench-"))
     rows = []
     best: dict[tuple[str, int], float] = {}
