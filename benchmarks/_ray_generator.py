@@ -4,7 +4,8 @@ actors, against the truth server, and what Ray's start-up costs (issue #18, item
 Kept apart from bench_generator.py so that each can change without the other; it shares only the
 truth server (benchmarks/sse_truth_server.py, its own process, pinned to the last core) and the
 criteria: a rate is kept when achieved/planned is within 1%, send-lag p99 <= 1 ms and every
-request succeeds. Poisson arrivals only (the harder case), rising rates until one is not kept.
+request succeeds. Poisson arrivals only (the harder case); every rate given is tried, and one
+local process (no Ray) runs each too, as the baseline under the machine's load of the moment.
 
 A loopback Ray cluster is started here (a head and a second node, one CPU and one custom
 resource each), after this process gave the truth server's core away, so every Ray process
@@ -19,6 +20,7 @@ generators: `ray.startup_s` in run.json), against the run's wall time.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -80,7 +82,8 @@ class TruthServer:
 
 
 def trial(address: str, actors: int, rate: float, seconds: float, workdir: Path) -> dict[str, Any]:
-    """One run from `actors` Ray actors at `rate`; keep-up figures and client-added TTFT."""
+    """One run from `actors` Ray actors at `rate` (0: one local process, no Ray, the baseline
+    measured under the same load); keep-up figures and client-added TTFT."""
     server = TruthServer(workdir)
     out = workdir / f"ray-{actors}-{rate:g}"
     began = time.perf_counter()
@@ -89,9 +92,9 @@ def trial(address: str, actors: int, rate: float, seconds: float, workdir: Path)
             scenario(rate, seconds),
             RunOptions(
                 out=out,
-                workers=actors,
+                workers=max(actors, 1),
                 base_url=server.url,
-                ray=address,
+                ray=address if actors else None,
                 ray_resources=NODES[:actors],
                 progress=False,
             ),
@@ -101,10 +104,14 @@ def trial(address: str, actors: int, rate: float, seconds: float, workdir: Path)
     wall = time.perf_counter() - began
     records = pd.read_parquet(out / "records.parquet")
     header = json.loads((out / "run.json").read_text())
-    startup = float(header["ray"]["startup_s"])
-    bound = max(a["clock"]["uncertainty_ns"] for a in header["ray"]["actors"]) / 1e6
+    info = header.get("ray") or {"startup_s": math.nan, "actors": []}
+    startup = float(info["startup_s"])
+    bound = max((a["clock"]["uncertainty_ns"] for a in info["actors"]), default=math.nan) / 1e6
     shutil.rmtree(out, ignore_errors=True)
     sent = records["t_sent_ns"].dropna().to_numpy(dtype=np.int64)
+    if len(sent) < 2:  # nothing measured: say why, rather than divide by nothing
+        why = records["error_detail"].dropna().head(1).tolist()
+        raise RuntimeError(f"{actors} actor(s) at {rate:g}/s sent {len(sent)} requests: {why}")
     intended = records["t_intended_ns"].to_numpy(dtype=np.int64)
     planned_rate = (len(intended) - 1) / ((intended.max() - intended.min()) / 1e9)
     achieved = (len(sent) - 1) / ((sent.max() - sent.min()) / 1e9)
@@ -112,6 +119,7 @@ def trial(address: str, actors: int, rate: float, seconds: float, workdir: Path)
     ok = float((records["status"] == "ok").mean())
     # client TTFT (first token - sent, on the actor's clock) minus the server's (first token
     # written - request read, on its own): two durations, so no clock offset enters
+    truth = truth[truth["request_id"].str.startswith("fb-")]  # not the pre-run check's GET
     truth = truth.assign(request_id=truth["request_id"].str.removeprefix("fb-").astype(int))
     joined = records.merge(truth, on="request_id")
     client = (joined["t_first_token_ns"] - joined["t_sent_ns"]).to_numpy(dtype=np.float64)
@@ -135,8 +143,9 @@ def trial(address: str, actors: int, rate: float, seconds: float, workdir: Path)
 
 
 def ray_rows(rates: list[float], seconds: float) -> list[dict[str, Any]]:
-    """Rising rates per actor count (1, then 2 actors on 2 nodes) until one is not kept; the
-    last row (`kind: startup`) is the cost of importing ray and of starting the cluster."""
+    """Every rate for each generator (one local process as the baseline, 1 Ray actor, 2 actors
+    on 2 nodes): on a loaded machine a rate can miss and a higher one hold. The last row
+    (`kind: startup`) is the cost of importing ray and of starting the cluster."""
     began = time.perf_counter()
     import ray
     from ray.cluster_utils import Cluster
@@ -155,19 +164,17 @@ def ray_rows(rates: list[float], seconds: float) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     workdir = Path(tempfile.mkdtemp(prefix="fb-bench-ray-"))
     try:
-        for actors in (1, 2):
+        for actors in (0, 1, 2):
             for rate in rates:
                 row = trial(cluster.address, actors, rate, seconds, workdir)
                 rows.append({"kind": "keep-up", **row})
                 print(
-                    f"  {actors} actor(s) rate={rate:>6g}: ratio {row['achieved_ratio']:.4f}, "
+                    f"  {label(actors)}: rate={rate:>6g}: ratio {row['achieved_ratio']:.4f}, "
                     f"lag p99 {row['lag_p99_ms']:.3f} ms, added TTFT p99 "
                     f"{row['added_ttft_p99_ms']:.3f} ms -> "
                     f"{'keeps up' if row['keeps_up'] else 'falls behind'}",
                     flush=True,
                 )
-                if not row["keeps_up"]:
-                    break
     finally:
         if ray.is_initialized():
             ray.shutdown()
@@ -175,6 +182,10 @@ def ray_rows(rates: list[float], seconds: float) -> list[dict[str, Any]]:
         shutil.rmtree(workdir, ignore_errors=True)
     rows.append({"kind": "startup", "import_s": imported, "cluster_s": up})
     return rows
+
+
+def label(actors: int) -> str:
+    return "1 process, no Ray" if actors == 0 else f"{actors} Ray actor{'s' if actors > 1 else ''}"
 
 
 def show_ray_rows(rows: list[dict[str, Any]]) -> None:
@@ -186,7 +197,7 @@ def show_ray_rows(rows: list[dict[str, Any]]) -> None:
         "Ray actors: keep-up (achieved/planned within 1%, send-lag p99 <= 1 ms) and client-added "
         "TTFT (client TTFT - server truth, per request), Poisson",
         [
-            "actors",
+            "generator",
             "req/s",
             "achieved/planned",
             "lag p99 ms",
@@ -199,15 +210,15 @@ def show_ray_rows(rows: list[dict[str, Any]]) -> None:
         ],
         [
             [
-                str(r["actors"]),
+                label(r["actors"]),
                 f"{r['rate']:g}",
                 f"{r['achieved_ratio']:.4f}",
                 f"{r['lag_p99_ms']:.3f}",
                 f"{r['ok']:.3f}",
                 f"{r['added_ttft_p50_ms']:.3f} / {r['added_ttft_p99_ms']:.3f}",
                 "yes" if r["keeps_up"] else "no",
-                f"{r['ray_startup_s']:.2f}",
-                f"{r['clock_bound_ms']:.2f}",
+                "-" if math.isnan(r["ray_startup_s"]) else f"{r['ray_startup_s']:.2f}",
+                "-" if math.isnan(r["clock_bound_ms"]) else f"{r['clock_bound_ms']:.2f}",
                 f"{r['wall_s']:.1f}",
             ]
             for r in trials
@@ -215,15 +226,15 @@ def show_ray_rows(rows: list[dict[str, Any]]) -> None:
     )
     best = {
         n: max((r["rate"] for r in trials if r["actors"] == n and r["keeps_up"]), default=0.0)
-        for n in (1, 2)
+        for n in (0, 1, 2)
     }
     show(
         "highest rate kept (req/s)",
         ["generator", "poisson"],
-        [[f"{n} Ray actor{'s' if n > 1 else ''}", f"{best[n]:g}"] for n in (1, 2)],
+        [[label(n), f"{best[n]:g}"] for n in (0, 1, 2)],
     )
     start = next(r for r in rows if r["kind"] == "startup")
-    per_run = [r["ray_startup_s"] for r in trials]
+    per_run = [r["ray_startup_s"] for r in trials if r["actors"]]
     print(
         f"import ray {start['import_s']:.2f} s; loopback cluster (head + 1 node) up "
         f"{start['cluster_s']:.2f} s; per run, connect + place + start the actors: "
