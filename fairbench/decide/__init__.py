@@ -1,5 +1,6 @@
 """Decisions across runs: paired A/B verdicts (`compare`), the CI gate (`gate`), and sweeps,
-Pareto fronts and the knee search (`sweep`).
+Pareto fronts and the knee search (`sweep`); where their runs run, here or as Ray tasks
+(`points`).
 
 Runs scenarios through `fairbench.pipeline` and reads their summaries and records. Imports
 everything below it; `report` and `cli` may import it.

@@ -135,8 +135,6 @@ class PointRunner:
     """Runs jobs and returns their results in the jobs' order, calling `progress` as each one
     completes. Use it as a context manager: a Ray runner disconnects on exit."""
 
-    where = "here"
-
     def run(
         self, jobs: Sequence[PointJob], parallel: int = 1, progress: Progress | None = None
     ) -> list[PointResult]:
@@ -230,8 +228,6 @@ class RayRunner(PointRunner):
         from fairbench.run.ray_shards import check_task_resources, connect
 
         self.ray, self.connected_here = connect(address)
-        self.address = address
-        self.where = f"Ray ({address})"
         self.resources = resources
         self.cpus = cpus
         try:
