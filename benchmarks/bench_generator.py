@@ -23,6 +23,8 @@ throwaway CA from trustme) against the same server at the middle rate, for TLS's
 
 `--server busypoll` uses benchmarks/sse_truth_server.py (busy-polling, pinned to the last
 core): the generator's error with the server's own lateness taken out, which no engine gives.
+`--ray` measures 1 and 2 Ray actors instead (benchmarks/_ray_generator.py): keep-up, added TTFT
+and Ray's start-up cost.
 """
 
 from __future__ import annotations
@@ -184,8 +186,14 @@ def main() -> None:
     parser.add_argument("--rates", default="200,500,1000,1500")
     parser.add_argument("--process", default="poisson", choices=("poisson", "constant"))
     parser.add_argument("--server", default="aiohttp", choices=("aiohttp", "busypoll"))
+    parser.add_argument("--ray", action="store_true", help="1 and 2 Ray actors (_ray_generator)")
     args = parser.parse_args()
     rates = [float(x) for x in args.rates.split(",")]
+    if args.ray:  # keep-up and added TTFT from Ray actors, and Ray's start-up cost
+        from _ray_generator import main_ray
+
+        main_ray(rates, args.seconds)
+        return
     workdir = Path(tempfile.mkdtemp(prefix="fb-bench-"))
     results: dict[tuple[str, float], dict[str, Any]] = {}
     for rate in rates:

@@ -108,6 +108,8 @@ class _Stream:
         heapq.heappush(self.server.heap, (self.due(k), id(self), self))
 
     def send(self, t: int) -> None:
+        if self.transport.is_closing():  # the client left (fairbench's pre-run GET /v1/models)
+            return
         server, k = self.server, self.k
         self.late = max(self.late, t - self.due(k))
         if k == 0:

@@ -157,6 +157,16 @@ SKIPPED: dict[str, str] = {
             "print([(a['hostname'], a['clock']['before']) for a in h['ray']['actors']])\"": (
                 "reads the run the skipped --ray run would write"
             ),
+            "fairbench sweep scenarios/sweeps/dogfood-policies.yaml --ray local "
+            "--out reports/sweep-policies-ray": "ray is not installed (pip install -e '.[ray]')",
+            "cmp reports/sweep-policies-ray/point-003/summary.json "
+            "reports/sweep-policies-here/point-003/summary.json": (
+                "reads the sweep the skipped --ray sweep would write"
+            ),
+            "fairbench ab scenarios/gate-dogfood.yaml --a scheduler.policy=fifo --b "
+            "scheduler.policy=dwrr --iterations 2 --ray local --out reports/ab-dogfood-ray": (
+                "ray is not installed (pip install -e '.[ray]')"
+            ),
         }
     ),
 }

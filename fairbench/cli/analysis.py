@@ -3,17 +3,20 @@ decide across runs. Registered on the app by `fairbench.cli.main.main`."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import difflib
 import json
 import math
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from fairbench.cli.inputs import (
@@ -30,6 +33,7 @@ from fairbench.workload.scenario import ScenarioError, parse_scenario
 
 if TYPE_CHECKING:
     from fairbench.decide.compare import Comparison
+    from fairbench.decide.points import PointResult, PointRunner, PointsFailed
 
 out = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, soft_wrap=True)  # one problem, one line, however long
@@ -94,6 +98,63 @@ CONFIDENCE = Annotated[str, typer.Option("--confidence", help=CONFIDENCE_HELP, m
 RESAMPLES = Annotated[
     int, typer.Option("--resamples", min=100, help="bootstrap resamples per metric", metavar="N")
 ]
+
+
+RAY = Annotated[
+    str | None,
+    typer.Option(
+        metavar="ADDRESS",
+        help="run each point as a Ray task: auto (RAY_ADDRESS / `ray start`), local, or "
+        "HOST:PORT (docs/ray.md)",
+    ),
+]
+RAY_RESOURCE = Annotated[
+    list[str] | None,
+    typer.Option(metavar="NAME", help="with --ray: point k needs one unit of the k-th (cycled)"),
+]
+
+
+def point_runner(ray: str | None, resources: list[str] | None) -> PointRunner:
+    """Where the command's points run, chosen once from --ray and --ray-resource: this machine,
+    or Ray tasks (a missing ray package, an address where no cluster answers or a resource the
+    cluster lacks is one line naming the flag, exit 2)."""
+    if resources and ray is None:
+        raise UsageFailure("--ray-resource needs --ray ADDRESS")
+    from fairbench.decide.points import make_runner
+    from fairbench.run.ray_shards import RaySetupError
+
+    try:
+        return make_runner(ray, resources or ())
+    except RaySetupError as error:
+        raise UsageFailure(str(error)) from None
+
+
+@contextlib.contextmanager
+def points_bar(title: str) -> Iterator[tuple[Console, Callable[[int, int], None]]]:
+    """A progress bar on a terminal (points done of all, time), and the console to print each
+    point's line on without tearing the bar; `advance(done, total)` moves it."""
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        disable=not err.is_terminal,
+        transient=False,
+    ) as bar:
+        task = bar.add_task(title, total=None)
+
+        def advance(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield bar.console, advance
+
+
+def points_failed(error: PointsFailed) -> typer.Exit:
+    """Print each failed point's line; the exit to raise (2: bad input, 1: a failed run)."""
+    for line in error.lines:
+        err.print(line, markup=False, highlight=False)
+    return typer.Exit(error.exit_code)
 
 
 def _compared_dirs(paths: list[Path]) -> list[Path]:
@@ -194,19 +255,22 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         resamples: RESAMPLES = 1000,
+        ray: RAY = None,
+        ray_resource: RAY_RESOURCE = None,
     ) -> None:
-        """Run arms A and B on the same plans (seeds interleaved A B B A ...) and compare."""
+        """Run arms A and B on the same plans (seeds interleaved A B B A ...) and compare.
+
+        With --ray, each run is a Ray task; simulated runs of a batch of pairs run at once."""
         level = confidence_level(confidence)
         raw = read_document(file)
-        arms = {
-            "A": scenario_with(file, a, "--a", raw)[1],
-            "B": scenario_with(file, b, "--b", raw)[1],
-        }
+        chosen = {"A": scenario_with(file, a, "--a", raw), "B": scenario_with(file, b, "--b", raw)}
+        docs = {arm: doc for arm, (doc, _) in chosen.items()}  # what each run parses again
+        arms = {arm: scn for arm, (_, scn) in chosen.items()}
         from fairbench.decide.compare import CompareRefused, compare_dirs, default_rows
-        from fairbench.pipeline import run_scenario
+        from fairbench.decide.points import PointJob, PointsFailed
         from fairbench.plan.materialize import materialize
         from fairbench.report import write_run_report
-        from fairbench.run import RunOptions, write_json
+        from fairbench.run import write_json
 
         seed0 = arms["A"].run.seed
         if materialize(arms["A"], seed0).digest != materialize(arms["B"], seed0).digest:
@@ -227,39 +291,58 @@ def register(app: typer.Typer) -> None:
         base = out_dir or Path("reports") / f"ab-{arms['A'].name}-{stamp}"
         if (base / "comparison.json").exists() or (base / "A-0").exists():
             raise UsageFailure(f"--out {base} already holds an A/B; choose a new directory")
+        runner = point_runner(ray, ray_resource)
         dirs: dict[str, list[Path]] = {"A": [], "B": []}
         i = 0
         comparison: Comparison | None = None
         why = "the planned iterations ran"
         limit = max_iterations if width is not None else iterations
-        while i < limit:
-            order = ("A", "B") if i % 2 == 0 else ("B", "A")
-            for arm in order:
-                run = run_scenario(arms[arm], RunOptions(out=base / f"{arm}-{i}", seed=seed0 + i))
-                write_run_report(run.run_dir)
-                dirs[arm].append(run.run_dir)
-                err.print(
-                    f"{arm} seed {seed0 + i}: {'VALID' if run.summary['valid'] else 'INVALID'}"
-                    f" -> {run.run_dir}",
-                    markup=False,
-                    highlight=False,
-                )
-            i += 1
-            if width is None and i < iterations:
-                continue
-            try:
-                comparison = compare_dirs(dirs["A"], dirs["B"], resamples, level)
-            except CompareRefused as error:
-                err.print(f"cannot compare: {error}", markup=False, highlight=False)
-                raise typer.Exit(1) from None  # a measured failure: an arm ran INVALID
-            if width is None:
-                break
-            target = next((v for v in comparison.verdicts if v.metric == metric), None)
-            half = math.nan if target is None else (target.ci_high - target.ci_low) / 2
-            if i >= 2 and math.isfinite(half) and half <= width / 2:
-                why = f"{metric}: CI half-width {half:.2%} within ±{width / 2:.2%} after {i}"
-                break
-            why = f"{metric}: max iterations ({max_iterations}) reached before ±{width / 2:.2%}"
+        with runner, points_bar(f"A/B of {file.name}") as (console, advance):
+
+            def done(result: PointResult, finished: int, total: int) -> None:
+                advance(finished, total)
+                if not result.failed:
+                    state = "VALID" if result.valid else "INVALID"
+                    line = f"{result.job.label}: {state} -> {result.job.out}"
+                    console.print(line, markup=False, highlight=False)
+
+            while i < limit:
+                # without --precision every pair at once (a runner may run them together);
+                # with it, one pair more until the interval is narrow enough
+                pairs = range(i, iterations if width is None else i + 1)
+                arms_run = [a for k in pairs for a in (("A", "B") if k % 2 == 0 else ("B", "A"))]
+                keys = [k for k in pairs for _ in range(2)]
+                jobs = [
+                    PointJob(
+                        f"{arm} seed {seed0 + k}",
+                        docs[arm],
+                        str(file),
+                        str(base / f"{arm}-{k}"),
+                        seed0 + k,
+                        write_run_report,
+                    )
+                    for arm, k in zip(arms_run, keys, strict=True)
+                ]
+                results = runner.run(jobs, 1, done)
+                failed = [r for r in results if r.failed]
+                if failed:  # the runs that finished stay in --out
+                    raise points_failed(PointsFailed.of(failed))
+                for arm, result in zip(arms_run, results, strict=True):
+                    dirs[arm].append(Path(result.job.out))
+                i = pairs[-1] + 1
+                try:
+                    comparison = compare_dirs(dirs["A"], dirs["B"], resamples, level)
+                except CompareRefused as error:
+                    err.print(f"cannot compare: {error}", markup=False, highlight=False)
+                    raise typer.Exit(1) from None  # a measured failure: an arm ran INVALID
+                if width is None:
+                    break
+                target = next((v for v in comparison.verdicts if v.metric == metric), None)
+                half = math.nan if target is None else (target.ci_high - target.ci_low) / 2
+                if i >= 2 and math.isfinite(half) and half <= width / 2:
+                    why = f"{metric}: CI half-width {half:.2%} within ±{width / 2:.2%} after {i}"
+                    break
+                why = f"{metric}: max iterations ({max_iterations}) reached before ±{width / 2:.2%}"
         assert comparison is not None
         note = design_note(comparison, AB_ADVICE)
         write_json(
@@ -340,6 +423,32 @@ def _scenario_file(file: Path, what: str) -> Path:
     return file
 
 
+def _show_failed_sweep(
+    file: Path,
+    base: Path,
+    rows: list[dict[str, Any]],
+    labels: list[str],
+    names: list[str],
+    senses: list[str],
+    failed: list[dict[str, Any]],
+) -> None:
+    """A sweep with failed points: the table of those that ran, then one line per failure, and
+    the exit (2 when every failure was bad input, such as a point directory that holds a run)."""
+    from fairbench.decide.points import PointsFailed
+
+    if rows:
+        out.print(
+            front_table(f"sweep of {file}", labels, [r["summary"] for r in rows], names, senses)
+        )
+    err.print(
+        f"{len(failed)} of {len(failed) + len(rows)} points failed (sweep.json in {base}):",
+        markup=False,
+        highlight=False,
+    )
+    lines = [r["error"] for r in failed]
+    raise points_failed(PointsFailed(lines, all(r["bad_input"] for r in failed)))
+
+
 def register_sweeps(app: typer.Typer) -> None:
     @app.command()
     def sweep(
@@ -351,10 +460,13 @@ def register_sweeps(app: typer.Typer) -> None:
             ),
         ] = None,
         objective: OBJECTIVE = None,
+        ray: RAY = None,
+        ray_resource: RAY_RESOURCE = None,
     ) -> None:
         """Run every point of a grid (simulated points in parallel) and show the Pareto front.
 
-        report.html plots the first two objectives (with one objective it is not written)."""
+        With --ray, each point is a Ray task. report.html plots the first two objectives (with
+        one objective it is not written)."""
         names, senses = _objectives(objective or DEFAULT_OBJECTIVES)
         _scenario_file(file, "sweep file")
         from fairbench.decide.sweep import run_sweep  # after the checks: it loads the stack
@@ -362,11 +474,16 @@ def register_sweeps(app: typer.Typer) -> None:
 
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
         base = out_dir or Path("reports") / f"sweep-{file.stem}-{stamp}"
-        base.mkdir(parents=True, exist_ok=True)
+        runner = point_runner(ray, ray_resource)
         try:
-            rows = run_sweep(
-                file, base, lambda k, n: err.print(f"point {k}/{n} done"), write_run_report
-            )
+            with runner, points_bar(f"sweep of {file.name}") as (console, advance):
+
+                def done(k: int, n: int) -> None:
+                    advance(k, n)
+                    console.print(f"point {k}/{n} done", markup=False, highlight=False)
+
+                base.mkdir(parents=True, exist_ok=True)
+                rows = run_sweep(file, base, done, write_run_report, runner)
         except ScenarioError as error:
             if error.source is None:
                 error.source = str(file)
@@ -375,11 +492,15 @@ def register_sweeps(app: typer.Typer) -> None:
             raise UsageFailure(
                 f"{file}: scenario: no such file {error.filename} (relative to the sweep file)"
             ) from None
+        failed = [r for r in rows if r.get("error")]
+        rows = [r for r in rows if not r.get("error")]  # the table and the page show the rest
         labels = [
             " ".join(f"{k}={v}" for k, v in r["params"].items())
             + (f" seed={r['seed']}" if r["seed"] is not None else "")
             for r in rows
         ]
+        if failed:
+            _show_failed_sweep(file, base, rows, labels, names, senses, failed)
         out.print(
             front_table(f"sweep of {file}", labels, [r["summary"] for r in rows], names, senses)
         )
@@ -442,24 +563,28 @@ def register_sweeps(app: typer.Typer) -> None:
                 "--out", help="directory (default: reports/knee-<file>-<UTC time>/)", metavar="DIR"
             ),
         ] = None,
+        ray: RAY = None,
+        ray_resource: RAY_RESOURCE = None,
     ) -> None:
         """The highest load (a multiple of the scenario's rates) at which every class with an
         SLO still reaches `attainment`, found by bisection.
 
         The answer is then verified: run again (next seed) and one --tolerance step above. If
-        attainment does not fall steadily with load, the output and knee.json say so."""
+        attainment does not fall steadily with load, the output and knee.json say so. With
+        --ray, each load is a Ray task (one at a time: each step depends on the last)."""
         if high <= low:
             raise UsageFailure(f"--high {high:g}: must be above --low {low:g}")
         raw, scn0 = scenario_with(file, overrides, "--set")
+        from fairbench.decide.points import PointJob, PointsFailed
         from fairbench.decide.sweep import scale_load, search_knee  # after the checks
-        from fairbench.pipeline import run_scenario
         from fairbench.report import write_run_report
-        from fairbench.run import RunOptions, write_json
+        from fairbench.run import write_json
 
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
         base = out_dir or Path("reports") / f"knee-{file.stem}-{stamp}"
         if (base / "knee.json").exists() or any(base.glob("00-x*")):
             raise UsageFailure(f"--out {base} already holds a knee search; choose a new directory")
+        runner = point_runner(ray, ray_resource)
         seen: dict[float, int] = {}
         details: list[dict[str, Any]] = []
 
@@ -467,11 +592,15 @@ def register_sweeps(app: typer.Typer) -> None:
             repeat = seen.get(factor, 0)
             seen[factor] = repeat + 1
             seed = scn0.run.seed + repeat  # a re-check is an independent run, not a replay
-            scn = parse_scenario(scale_load(raw, factor), str(file), file.parent)
+            data = scale_load(raw, factor)
+            scn = parse_scenario(data, str(file), file.parent)
             run_out = base / f"{len(details):02d}-x{factor:.4g}"
-            outcome = run_scenario(scn, RunOptions(out=run_out, seed=seed))
-            write_run_report(outcome.run_dir)
-            summary = outcome.summary
+            label = f"load x{factor:.4g} (seed {seed})"
+            job = PointJob(label, data, str(file), str(run_out), seed, write_run_report)
+            (point,) = runner.run([job])
+            if point.failed:
+                raise PointsFailed.of([point])
+            summary = point.summary
             with_slo = [c for c, slo in scn.slo_classes.items() if slo.ttft or slo.tpot or slo.e2e]
             got = {c: summary["slo_classes"].get(c, {}).get("slo_attainment") for c in with_slo}
             ok = summary["valid"] and all(g is None or g >= attainment for g in got.values())
@@ -482,7 +611,7 @@ def register_sweeps(app: typer.Typer) -> None:
                     "held": ok,
                     "valid": summary["valid"],
                     "attainment": got,
-                    "run_dir": str(outcome.run_dir),
+                    "run_dir": str(run_out),
                 }
             )
             shown = ", ".join(f"{c} {'-' if g is None else f'{g:.2%}'}" for c, g in got.items())
@@ -493,7 +622,15 @@ def register_sweeps(app: typer.Typer) -> None:
             )
             return ok
 
-        result = search_knee(holds, low, high, tolerance)
+        with runner:
+            try:
+                result = search_knee(holds, low, high, tolerance)
+            except PointsFailed as failure:  # the loads that ran keep their run directories
+                base.mkdir(parents=True, exist_ok=True)
+                write_json(
+                    base / "knee.json", {"knee": None, "error": failure.lines[0], "trail": details}
+                )
+                raise points_failed(failure) from None
         for row, role in zip(details, result.roles, strict=True):
             row["role"] = role
         write_json(

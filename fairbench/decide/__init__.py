@@ -1,6 +1,6 @@
 """Decisions across runs: paired A/B verdicts (`compare`), the CI gate (`gate`), sweeps,
-Pareto fronts and the knee search (`sweep`), and the simulator's error against a real run of
-the same plan (`fidelity`).
+Pareto fronts and the knee search (`sweep`), the simulator's error against a real run of the
+same plan (`fidelity`); and where their runs run, here or as Ray tasks (`points`).
 
 Runs scenarios through `fairbench.pipeline` and reads their summaries and records. Imports
 everything below it; `report` and `cli` may import it.

@@ -10,16 +10,15 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import multiprocessing as mp
 import re
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from fairbench.decide.points import AfterRun, LocalRunner, PointJob, PointRunner
 from fairbench.workload.scenario import ScenarioError, parse_scenario, read_yaml
 
 
@@ -157,31 +156,19 @@ def expand(spec: dict[str, Any]) -> list[Point]:
     return [Point(i, dict(c), s) for i, (c, s) in enumerate(itertools.product(combos, seeds))]
 
 
-AfterRun = Callable[[Path], None]  # e.g. the report writer; module-level, so a pool can pickle it
-
-
-def _run_point(
-    args: tuple[dict[str, Any], str, str, int | None, AfterRun | None],
-) -> dict[str, Any]:
-    data, source, out, seed, after = args
-    from fairbench.pipeline import run_scenario
-    from fairbench.run import RunOptions
-
-    scn = parse_scenario(data, source, Path(source).parent)
-    outcome = run_scenario(scn, RunOptions(out=Path(out), seed=seed))
-    if after is not None:
-        after(outcome.run_dir)
-    return outcome.summary
-
-
 def run_sweep(
     sweep_file: Path,
     out_dir: Path,
     progress: Callable[[int, int], None] | None = None,
     after_run: AfterRun | None = None,
+    runner: PointRunner | None = None,
 ) -> list[dict[str, Any]]:
     """Run every point of the sweep file; `after_run(run_dir)` is called on each point's run
-    directory (the CLI passes the report writer, which sits above this layer)."""
+    directory (the CLI passes the report writer, which sits above this layer). `runner` says
+    where the points run (default: this machine, simulated points in `parallel` processes).
+
+    A point that fails is a row with `error` (one line naming it) and an empty summary; the
+    other points still run, and sweep.json lists them all."""
     spec = read_yaml(sweep_file.read_text(encoding="utf-8"))
     if not isinstance(spec, dict) or "scenario" not in spec:
         raise ScenarioError(
@@ -195,7 +182,8 @@ def run_sweep(
         data = apply(raw, point.params)
         parse_scenario(data, str(scenario_path), scenario_path.parent)  # fail before running
         jobs.append(
-            (
+            PointJob(
+                point_label(point),
                 data,
                 str(scenario_path),
                 str(out_dir / f"point-{point.index:03d}"),
@@ -203,38 +191,37 @@ def run_sweep(
                 after_run,
             )
         )
-    simulated = all(job[0].get("target", {}).get("kind") == "sim" for job in jobs)
-    workers = int(spec.get("parallel", 1)) if simulated else 1
-    summaries: list[dict[str, Any]] = [{}] * len(jobs)
-    if workers > 1:
-        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-            for k, summary in enumerate(pool.map(_run_point, jobs)):
-                summaries[k] = summary
-                if progress:
-                    progress(k + 1, len(jobs))
-    else:
-        for k, job in enumerate(jobs):
-            summaries[k] = _run_point(job)
-            if progress:
-                progress(k + 1, len(jobs))
-    rows = []
-    for point, job, summary in zip(points, jobs, summaries, strict=True):
-        rows.append(
-            {
-                "point": point.index,
-                "params": point.params,
-                "seed": point.seed,
-                "run_dir": job[2],
-                "valid": summary.get("valid"),
-                "summary": summary,
-            }
-        )
-    (out_dir / "sweep.json").write_text(
-        json.dumps(
-            [{k: v for k, v in r.items() if k != "summary"} for r in rows], indent=2, default=str
-        )
+    results = (runner or LocalRunner()).run(
+        jobs,
+        int(spec.get("parallel", 1)),
+        None if progress is None else lambda _, done, total: progress(done, total),
     )
+    rows = []
+    for point, result in zip(points, results, strict=True):
+        row = {
+            "point": point.index,
+            "params": point.params,
+            "seed": point.seed,
+            "run_dir": result.job.out,
+            "valid": result.valid,
+            "summary": result.summary,
+        }
+        if result.failed:
+            row.update(error=result.error, bad_input=result.bad_input)
+        rows.append(row)
+    shown = [{k: v for k, v in r.items() if k not in ("summary", "bad_input")} for r in rows]
+    (out_dir / "sweep.json").write_text(json.dumps(shown, indent=2, default=str))
     return rows
+
+
+def point_label(point: Point) -> str:
+    """How progress and error lines name a point: `point 2 (scheduler.policy=vtc seed=1)`."""
+    shown = [
+        f"{k}={json.dumps(v) if isinstance(v, dict | list) else v}" for k, v in point.params.items()
+    ]
+    if point.seed is not None:
+        shown.append(f"seed={point.seed}")
+    return f"point {point.index}" + (f" ({' '.join(shown)})" if shown else "")
 
 
 @dataclass

@@ -132,14 +132,20 @@ def host_info() -> dict[str, Any]:
     }
 
 
+def refuse_taken(path: Path) -> None:
+    """Raise FileExistsError when `path` already holds a run: appending to another run's journal
+    would merge two runs into one broken one. (A point run elsewhere, as a Ray task, is checked
+    here on the driver, where its files will land.)"""
+    if (path / "run.json").exists() or any(path.glob("journal*.jsonl")):
+        raise FileExistsError(
+            f"--out {path} already holds a run; choose a new directory or remove it"
+        )
+
+
 def new_run_dir(scn: Scenario, options: RunOptions) -> Path:
     if options.out is not None:
         path = options.out
-        if (path / "run.json").exists() or any(path.glob("journal*.jsonl")):
-            # Appending to another run's journal would merge two runs into one broken one.
-            raise FileExistsError(
-                f"--out {path} already holds a run; choose a new directory or remove it"
-            )
+        refuse_taken(path)
     else:
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
         path = options.reports_dir / f"{scn.name}-{stamp}"
