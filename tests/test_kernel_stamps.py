@@ -10,10 +10,12 @@ the machine's load.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import queue
 import socket
 import ssl
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -368,3 +370,204 @@ def test_records_carry_receive_delay_columns() -> None:
         frame.columns
     )
     assert isinstance(frame, pd.DataFrame)
+
+
+# ---------------------------------------------------------- what the transport must not lose
+
+
+def _raw_server(answer: bytes, tls: ssl.SSLContext | None = None, delay_s: float = 0.0) -> Any:
+    """A one-shot server: reads a request, writes `answer`, then closes (TLS: with
+    close_notify, in the same flight as the answer)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def run() -> None:
+        raw, _ = listener.accept()
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            time.sleep(delay_s)  # before the handshake: a slow connection set-up
+            conn: Any = tls.wrap_socket(raw, server_side=True) if tls else raw
+            conn.settimeout(10)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            conn.sendall(answer)
+            if tls:
+                conn.unwrap()  # close_notify right behind the response
+            conn.close()
+        except (OSError, ssl.SSLError):
+            raw.close()
+        finally:
+            listener.close()
+
+    threading.Thread(target=run, daemon=True).start()
+    return listener.getsockname()[1]
+
+
+async def _ask(url: str, ca: str | None = None, stream: bool = False) -> Any:
+    pool = Pool(url, ca)
+    try:
+        body = b'{"model": "m", "prompt": "hi", "max_tokens": 1}'
+        waiter, _ = pool.start(request_bytes(pool, "/v1/completions", body, {}), stream)
+        outcome = await asyncio.wait_for(waiter, 20)
+        return outcome, len(pool.all)
+    finally:
+        pool.close()
+
+
+REFUSAL = (
+    b"HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nConnection: close\r\n"
+    b'Retry-After: 2\r\nContent-Length: 38\r\n\r\n{"error": {"message": "slow down !!"}}'
+)
+
+
+def test_a_tls_answer_followed_by_close_notify_is_kept(ca: Any) -> None:
+    """A server that answers and closes at once (a 429 under overload) sends the answer and its
+    close_notify together: the answer is the outcome, not 'the connection closed'."""
+    port = _raw_server(REFUSAL, _server_tls(ca))
+    with tempfile.TemporaryDirectory() as tmp:
+        bundle = Path(tmp) / "ca.pem"
+        ca.cert_pem.write_to_path(str(bundle))
+        outcome, _ = asyncio.run(_ask(f"https://127.0.0.1:{port}", str(bundle)))
+    assert outcome.status == "rejected" and outcome.kind == "rate_limited", outcome.detail
+    assert outcome.http_status == 429 and outcome.retry_after == 2.0
+
+
+@pytest.mark.parametrize(
+    "answer, detail",
+    [
+        (b"HTTP/1.1 200 OK\r\nContent-Length: abc\r\n\r\n{}", "bad Content-Length"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: -5\r\n\r\n{}", "negative Content-Length"),
+        (b"garbage\r\n\r\n", "bad status line"),
+    ],
+)
+def test_a_malformed_answer_ends_as_one_error_and_frees_its_connection(
+    answer: bytes, detail: str
+) -> None:
+    port = _raw_server(answer)
+    outcome, _ = asyncio.run(_ask(f"http://127.0.0.1:{port}"))
+    assert outcome.status == "error" and outcome.kind == "bad_stream", outcome.detail
+    assert detail in outcome.detail
+
+
+def test_an_exception_in_the_parser_drops_the_response_instead_of_hanging_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from fairbench.targets.http import client
+
+    def broken(self: Any, data: bytes, t: int) -> None:
+        raise RuntimeError("a parser bug")
+
+    monkeypatch.setattr(client._Response, "feed", broken)
+    port = _raw_server(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+    outcome, registered = asyncio.run(_ask(f"http://127.0.0.1:{port}"))
+    assert outcome.status == "error" and outcome.kind == "dropped", outcome.detail
+    assert registered == 0  # the connection is gone from the pool, not left half-open
+
+
+def test_send_lag_is_the_generators_lateness_not_the_connection_set_up(ca: Any) -> None:
+    """On a new connection, t_sent is when the generator sent the request; t_written, when its
+    last byte reached the socket — after the (here 200 ms slow) TLS handshake."""
+    slow = 0.2
+    port = _raw_server(REFUSAL, _server_tls(ca), delay_s=slow)
+    with tempfile.TemporaryDirectory() as tmp:
+        bundle = Path(tmp) / "ca.pem"
+        ca.cert_pem.write_to_path(str(bundle))
+
+        async def go() -> tuple[Any, int]:
+            started = now_ns()
+            outcome, _ = await _ask(f"https://127.0.0.1:{port}", str(bundle))
+            return outcome, started
+
+        outcome, started = asyncio.run(go())
+    assert outcome.http_status == 429
+    assert started <= outcome.t_sent < started + slow * 1e9  # sent at once
+    assert outcome.t_written - outcome.t_sent >= slow * 1e9  # written after the handshake
+
+
+# ------------------------------------------------------------------ the pacer
+
+
+@pytest.mark.parametrize("pacing", ["timerfd", "spin"])
+def test_the_pacer_never_returns_before_its_deadline(pacing: str) -> None:
+    from fairbench.run.pacer import make_pacer
+
+    async def go() -> list[tuple[int, int]]:
+        pacer = make_pacer(pacing)
+        out = []
+        try:
+            for delay_ns in (0, -1_000_000, 300_000, 2_000_000, 7_000_000):
+                deadline = now_ns() + delay_ns
+                await pacer.until(deadline)
+                out.append((deadline, now_ns()))
+        finally:
+            pacer.close()
+        return out
+
+    for deadline, woke in asyncio.run(go()):
+        assert woke >= deadline
+
+
+def test_a_cancelled_timerfd_wait_leaves_the_pacer_usable() -> None:
+    from fairbench.run.pacer import make_pacer
+
+    async def go() -> bool:
+        pacer = make_pacer("timerfd")
+        try:
+            wait = asyncio.create_task(pacer.until(now_ns() + 10_000_000_000))
+            await asyncio.sleep(0.01)
+            wait.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await wait
+            deadline = now_ns() + 1_000_000
+            await asyncio.wait_for(pacer.until(deadline), 5)
+            return now_ns() >= deadline
+        finally:
+            pacer.close()
+
+    assert asyncio.run(go())
+
+
+# ------------------------------------------------------------------ the rate the server saw
+
+
+def _frame(received: list[int | None], status: str = "ok") -> pd.DataFrame:
+    return records_frame(
+        [
+            {
+                "request_id": i,
+                "tenant": "t",
+                "slo_class": "interactive",
+                "workload": "c",
+                "endpoint": "completions",
+                "t_intended_ns": i * 10_000_000,
+                "t_sent_ns": i * 10_000_000,
+                "prompt_tokens": 4,
+                "max_tokens": 3,
+                "status": status if r is not None else "rejected",
+                "output_tokens": 3,
+                "server_received_ns": r,
+            }
+            for i, r in enumerate(received)
+        ]
+    )
+
+
+def test_the_server_seen_rate_fails_a_run_whose_requests_reached_the_server_late() -> None:
+    scn = parse_scenario(
+        {
+            "workloads": {"c": {"endpoint": "completions", "prompt_tokens": 4, "output_tokens": 3}},
+            "tenants": [{"id": "t", "mix": "c", "arrival": {"process": "constant", "rate": 100}}],
+            "run": {"requests": 100},
+        }
+    )
+    on_time = [5_000 + i * 10_000_000 for i in range(100)]
+    assert generator_health(_frame(on_time), scn)["valid"]
+    # rejected requests carry no server time: the rate is judged over those that do
+    with_refusals = [r if i % 3 else None for i, r in enumerate(on_time)]
+    health = generator_health(_frame(with_refusals), scn)
+    assert health["tenants"]["t"]["server_seen_rate_ratio"] == pytest.approx(1.0, abs=1e-3)
+    # the server read them at 95% of the pace the generator sent them
+    slow = [int(i * 10_000_000 / 0.95) for i in range(100)]
+    health = generator_health(_frame(slow), scn)
+    assert not health["valid"]
+    assert any("the server received 0.950" in r for r in health["invalid_reasons"]), health

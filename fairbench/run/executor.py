@@ -72,7 +72,7 @@ class ExecResult:
     closed_loop_wait_ns: np.ndarray
     stopped: bool
     records: int
-    pacing: str = "timerfd"  # which pacer waited for the send times
+    pacing: str = ""  # which pacer waited for the send times (timerfd | spin | sleep)
     cpu_s: float = 0.0  # this process's CPU time from the first send to the end of the drain
 
 
@@ -254,12 +254,13 @@ class Executor:
         finally:
             rec.t_end_ns = now_ns() - t0
             rel = lambda t: t - t0 if t else None  # noqa: E731
-            rec.t_sent_ns = outcome.t_sent - t0  # the last byte's write, known by now
+            rec.t_written_ns = rel(outcome.t_written)
             if self.kernel_stamps:
                 delay = outcome.rx_delay
                 rec.rx_delay_ns = delay if delay is not None and delay >= 0 else None
-                rec.rx_error_ns = outcome.rx_error
-                rec.rx_delay_max_ns = outcome.rx_delay_max if outcome.t_first_byte else None
+                # judged over responses with a first token: a refusal's stamp moves nothing
+                rec.rx_error_ns = outcome.rx_error if rec.status == "ok" else None
+                rec.rx_delay_max_ns = outcome.rx_delay_max or None
             rec.t_first_byte_ns = rel(outcome.t_first_byte)
             rec.t_first_token_ns = rel(outcome.t_first_token)
             rec.t_last_token_ns = rel(outcome.t_last_token)

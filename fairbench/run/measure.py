@@ -139,6 +139,7 @@ def measure(
         )
         stopped, loop_lags = result.stopped, result.loop_lag_ns
         header["clock"] = live_clock(result.t0_ns, scn.run.pacing)
+        header["clock"]["pacing"] = result.pacing  # what ran (timerfd falls back to spin)
         # what the schedule cost this process, from the first send to the end of the drain
         header["clock"]["generator_cpu_s"] = round(result.cpu_s, 4)
     else:

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 RECORD_SCHEMA_VERSION = 3  # 2: t_end_ns; 3: rx_delay_ns, rx_delay_max_ns, rx_error_ns,
-# server_received_ns
+# server_received_ns, t_written_ns
 STATUSES = ("ok", "error", "timeout", "rejected", "cancelled")
 ERROR_KINDS = (
     "connect",  # could not connect / connection refused
@@ -85,6 +85,9 @@ class Record:
     # when the server says it read the request, on the server's own clock (the reference server
     # reports it): only differences mean anything — the rate the server saw
     server_received_ns: int | None = None
+    # when the request's last byte reached the kernel: t_sent plus the write, and on a new
+    # connection its connect and TLS handshake
+    t_written_ns: int | None = None
     worker: int = 0
 
 

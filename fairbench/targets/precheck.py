@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import os
 import socket
+import ssl
 from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -79,7 +80,13 @@ async def check_reachable(
                 f"target.ca_bundle: no such file {ca_bundle}; give the PEM file of the CA that "
                 "signed the server's certificate. Checked before t0: nothing was run"
             )
-        tls = tls_context(ca_bundle)
+        try:
+            tls = tls_context(ca_bundle)
+        except (ssl.SSLError, OSError) as error:
+            raise TargetUnreachable(
+                f"target.ca_bundle: {ca_bundle} is not a PEM file of CA certificates "
+                f"({error}). Checked before t0: nothing was run"
+            ) from None
     try:
         _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
     except ConnectionRefusedError:

@@ -202,6 +202,8 @@ class ReferenceServer:
                 f"{up.name or f'u{i}'} {up.url} ({up.engine}, max_inflight {up.max_inflight})"
                 for i, up in enumerate(upstreams)
             ]
+        # the server runs this much nicer than the generator (see ReferenceServer.start)
+        out["niceness"] = SERVER_NICENESS
         warnings = parse_scheduler_config(sched).warnings  # validated with the scenario
         if warnings:
             out["warnings"] = list(warnings)

@@ -40,13 +40,15 @@ _MAX_HEAD = 64 << 10
 class Outcome:
     """Everything one response told us, with transport-level timestamps (perf_counter_ns).
 
-    `t_sent`: when the request's last byte reached the kernel. Receive times are the kernel's
-    stamps; `rx_delay` is how long the bytes that gave the first token (or, without tokens, the
-    response's end) waited in the socket before the event loop read them, `rx_delay_max` the
-    longest such wait of any read of the response. `rx_error` bounds how far that lateness
-    moved the first-token stamp: 0 when the token's bytes were the newest of their read (the
-    kernel stamped them, however late the read), else the span in which they may have arrived
-    (since the previous read) — see fairbench.targets.http.stamped on merged segments."""
+    `t_sent`: when the generator sent the request (on an open connection, or began opening one);
+    `t_written`: when its last byte reached the kernel (after any connect and TLS handshake).
+    Send lag is the generator's own lateness, so it is measured at `t_sent`. Receive times are
+    the kernel's stamps; `rx_delay` is how long the bytes that gave the first token (or, without
+    tokens, the response's end) waited in the socket before the event loop read them,
+    `rx_delay_max` the longest such wait of any read of the response. `rx_error` bounds how far
+    that lateness moved the first-token stamp: 0 when the token's bytes were the newest of their
+    read (the kernel stamped them, however late the read), else the span in which they may have
+    arrived (since the previous read) — see fairbench.targets.http.stamped on merged segments."""
 
     __slots__ = (
         "body",
@@ -66,6 +68,7 @@ class Outcome:
         "t_first_token",
         "t_last_token",
         "t_sent",
+        "t_written",
         "terminal",
         "tokens",
         "usage_completion",
@@ -74,6 +77,7 @@ class Outcome:
 
     def __init__(self, t_sent: int) -> None:
         self.t_sent = t_sent
+        self.t_written = 0
         self.t_first_byte = self.t_first_token = self.t_last_token = self.t_done = 0
         self.rx_delay: int | None = None
         self.rx_delay_max = 0
@@ -183,7 +187,16 @@ class _Response:
             self._framing = "chunked"
         elif "content-length" in headers:
             self._framing = "length"
-            self._length_left = int(headers["content-length"])
+            try:
+                self._length_left = int(headers["content-length"])
+            except ValueError:
+                out.fail("bad_stream", f"bad Content-Length {headers['content-length'][:20]!r}")
+                self.done = self.close_after = True
+                return
+            if self._length_left < 0:
+                out.fail("bad_stream", "negative Content-Length")
+                self.done = self.close_after = True
+                return
         else:
             self._framing, self.close_after = "close", True
         retry = headers.get("retry-after")
@@ -346,12 +359,12 @@ class _Conn:
         assert self.transport is not None
         t = self.transport.write(request)
         if t:
-            response.outcome.t_sent = t
+            response.outcome.t_written = t
 
     def written(self, t: int) -> None:
         """The request's last byte reached the kernel after a buffered write."""
         if self.response is not None:
-            self.response.outcome.t_sent = t
+            self.response.outcome.t_written = t
 
     def received(self, data: bytes, t_kernel: int | None, t_user: int) -> None:
         """Bytes stamped at their (newest segment's) kernel arrival; `t_user - t_kernel` is how
@@ -386,7 +399,7 @@ class _Conn:
         sse = response._sse
         if response.events == response.first_event and not (sse is not None and sse.has_partial):
             return 0  # the token's event ended the read: its own segment's stamp
-        return max(0, t_kernel - max(response.last_read, out.t_sent))
+        return max(0, t_kernel - max(response.last_read, out.t_written or out.t_sent))
 
     def _complete(self, response: _Response) -> None:
         waiter = self.waiter

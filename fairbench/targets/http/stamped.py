@@ -19,10 +19,10 @@ delay is how late the loop read the newest bytes; a loop that is late at all is 
 catches, and tests/test_kernel_stamps.py pins both behaviours.
 
 Kernel stamps are on CLOCK_REALTIME; `KernelClock` maps them onto the run's monotonic timeline
-(`time.perf_counter_ns`, CLOCK_MONOTONIC on Linux) with an offset re-measured every second, so
-a slewing wall clock cannot drift the mapping by more than it moves in a second. A stamp that
-maps after the read (impossible but for the offset's own uncertainty) or more than a minute
-before it (a wall-clock step) is replaced by the read's user-space time and counted.
+(`time.perf_counter_ns`, CLOCK_MONOTONIC on Linux) with an offset re-measured every second and
+whenever a stamp does not fit its read (the wall clock was stepped): a stamp that maps after
+the read, or more than 10 s before it, is mapped again with a fresh offset, and if it still does
+not fit it is replaced by the read's user-space time and counted.
 
 TLS runs over the same reads (`ssl.SSLObject` on memory BIOs), so a stamp is the ciphertext's
 arrival and HTTPS endpoints get kernel stamps too. The send side writes straight to the socket;
@@ -53,7 +53,8 @@ SO_TIMESTAMPNS: int | None = getattr(
 _ANC_SIZE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
 _TIMESPEC = struct.Struct("@qq")
 _READ_SIZE = 256 * 1024
-_STEP_NS = 60 * 1_000_000_000  # a stamp this far before its read is a wall-clock step
+_STEP_NS = 10 * 1_000_000_000  # a stamp this far before its read is a wall-clock step
+HANDSHAKE_TIMEOUT_S = 60.0
 
 
 class KernelClock:
@@ -80,22 +81,23 @@ class KernelClock:
         self._at = now_ns()
 
     def mono(self, real_ns: int, t_user: int) -> int:
-        """A kernel stamp on the monotonic timeline, checked against the read's own time."""
+        """A kernel stamp on the monotonic timeline, checked against the read's own time. A
+        stamp that maps after its read, or implausibly long before it, means the wall clock
+        stepped since the offset was measured: measure again, and if it still does not fit,
+        use the read's own time (counted in `rejected`)."""
         if t_user - self._at > 1_000_000_000:
             self.refresh()
         t = real_ns - self.offset_ns
-        if t > t_user:
-            if t - t_user > self.uncertainty_ns + 50_000:
+        if t > t_user + self.uncertainty_ns + 50_000 or t_user - t > _STEP_NS:
+            self.refresh()
+            t = real_ns - self.offset_ns
+            if t > t_user + self.uncertainty_ns + 50_000 or t_user - t > _STEP_NS:
                 self.rejected += 1
-            return t_user  # never later than the read itself
-        if t_user - t > _STEP_NS:
-            self.rejected += 1
-            return t_user
-        return t
+                return t_user
+        return min(t, t_user)  # never later than the read itself
 
 
 CLOCK = KernelClock()  # one per process: every connection maps stamps the same way
-UNSTAMPED = [0]  # reads that came without a kernel stamp (stamped in user space instead)
 
 
 def _stamp(anc: list[tuple[int, int, bytes]], t_user: int) -> int | None:
@@ -178,35 +180,44 @@ class StampedTransport:
             self._lost(None)
             return
         t_kernel = _stamp(anc, t_user) if anc else None
-        if t_kernel is None and self.kernel:
-            UNSTAMPED[0] += 1
+        ended: Exception | bool | None = False  # the TLS stream ended (or failed) in this read
         if self._ssl is not None:
-            data = self._decrypt(data)
-            if self._closing or not data:
+            data, ended = self._decrypt(data)
+        if data and not self._closing:
+            try:
+                self._protocol.received(data, t_kernel, t_user)
+            except Exception as error:  # a parser bug must end this response, not hang it
+                self._lost(error)
                 return
-        self._protocol.received(data, t_kernel, t_user)
+        if ended is not False:
+            self._lost(ended)  # after the bytes that came with the close were delivered
 
-    def _decrypt(self, data: bytes) -> bytes:
+    def _decrypt(self, data: bytes) -> tuple[bytes, Exception | bool | None]:
+        """The plaintext in this read, and whether the TLS stream ended in it: False if not,
+        None for a clean close (close_notify), the error otherwise. Plaintext that came before
+        the end is returned either way: a response followed by close_notify is a response."""
         assert self._ssl is not None and self._incoming is not None
         self._incoming.write(data)
         parts = []
+        ended: Exception | bool | None = False
         while True:
             try:
                 chunk = self._ssl.read(_READ_SIZE)
             except ssl.SSLWantReadError:
                 break
             except ssl.SSLZeroReturnError:
-                self._lost(None)
+                ended = None
                 break
             except ssl.SSLError as error:
-                self._lost(error)
+                ended = error
                 break
             if not chunk:
-                self._lost(None)
+                ended = None
                 break
             parts.append(chunk)
-        self._flush_tls()  # a read can produce records to send (key updates, alerts)
-        return b"".join(parts)
+        if ended is False:
+            self._flush_tls()  # a read can produce records to send (key updates, alerts)
+        return b"".join(parts), ended
 
     # ------------------------------------------------------------------ send
 
@@ -221,6 +232,7 @@ class StampedTransport:
             data = self._outgoing.read()
         if self._pending:
             self._pending += data
+            self._awaiting = True
             return 0
         try:
             sent = self._sock.send(data)
@@ -306,11 +318,20 @@ async def open_stamped(
         except OSError as failed:
             sock.close()
             sock, error = None, failed
+        except BaseException:  # cancelled (the request timed out) while connecting
+            sock.close()
+            raise
     if sock is None:
         raise error or OSError(f"cannot resolve {host}:{port}")
     kernel = enable_kernel_stamps(sock)
     try:
-        tls_state = await _handshake(loop, sock, tls, server_hostname or host) if tls else None
+        tls_state = None
+        if tls:
+            async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):  # asyncio's own default
+                tls_state = await _handshake(loop, sock, tls, server_hostname or host)
+    except TimeoutError:
+        sock.close()
+        raise OSError(f"TLS handshake with {host}:{port} timed out") from None
     except BaseException:
         sock.close()
         raise
@@ -383,11 +404,11 @@ def describe() -> dict[str, Any]:
     """What run.json states about the receive stamps this process takes."""
     kernel = kernel_stamps_available()
     return {
-        "unstamped_reads": UNSTAMPED[0],
         "receive": "kernel SO_TIMESTAMPNS (CLOCK_REALTIME mapped to CLOCK_MONOTONIC)"
         if kernel
         else "user space (no kernel receive timestamps on this platform)",
         "kernel": kernel,
-        "send": "after the request's last byte was written to the socket",
+        "send": "t_sent_ns when the generator sent the request (send lag); t_written_ns when "
+        "its last byte was written to the socket (after any connect and TLS handshake)",
         "clock_offset_uncertainty_ns": CLOCK.uncertainty_ns,
     }
