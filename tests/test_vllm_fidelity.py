@@ -29,7 +29,6 @@ The measured errors are printed on every run.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -41,7 +40,6 @@ from fairbench.decide.compare import compare_dirs
 from fairbench.decide.fidelity import fidelity
 from tests.cli import REPO, run_cli
 from tests.engines.vllm_server import VLLMServer
-from tests.test_vllm_engine import engine_python
 
 SCENARIO = REPO / "scenarios" / "vllm-priority.yaml"
 MAX_NUM_SEQS = 4  # what VLLMServer starts the engine with
@@ -90,14 +88,8 @@ def live_run(url: str, out: Path) -> Path:
     return out
 
 
-def test_simulated_vllm_matches_the_real_one(tmp_path: Path) -> None:
-    python = engine_python()
-    model = tmp_path / "tiny-llama"
-    subprocess.run(
-        [python, str(REPO / "tests" / "engines" / "make_tiny_llama.py"), str(model)],
-        check=True,
-        timeout=300,
-    )
+def test_simulated_vllm_matches_the_real_one(tmp_path: Path, vllm_model: tuple[str, Path]) -> None:
+    python, model = vllm_model
     profile = tmp_path / "cpu-vllm.yaml"
     runs: dict[str, list[Path]] = {}
     for policy in ("fcfs", "priority"):

@@ -48,7 +48,6 @@ import pytest
 from fairbench.analysis import server_metrics as sm
 from tests.cli import CLI, REPO
 from tests.engines.vllm_server import VLLMServer
-from tests.test_vllm_engine import engine_python
 
 SCENARIO = REPO / "scenarios" / "gateway-vllm-vtc.yaml"
 POLITE = "chat"
@@ -91,14 +90,10 @@ def warm_up(url: str) -> None:
             assert resp.status == 200
 
 
-def test_vtc_at_the_gateway_protects_the_polite_tenant_on_vllm(tmp_path: Path) -> None:
-    python = engine_python()
-    model = tmp_path / "tiny-llama"
-    subprocess.run(
-        [python, str(REPO / "tests" / "engines" / "make_tiny_llama.py"), str(model)],
-        check=True,
-        timeout=300,
-    )
+def test_vtc_at_the_gateway_protects_the_polite_tenant_on_vllm(
+    tmp_path: Path, vllm_model: tuple[str, Path]
+) -> None:
+    python, model = vllm_model
     out = tmp_path / "ab"
     relax = ["health.max_send_lag_p99=100ms", "health.min_rate_ratio=0.9"]
     # Prefix caching off: both arms replay one plan, so arm B's prompts are arm A's, and with

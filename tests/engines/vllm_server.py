@@ -19,6 +19,23 @@ import urllib.request
 from pathlib import Path
 
 
+def engine_python() -> str:
+    """The engine venv's python from FAIRBENCH_VLLM_PYTHON, or skip the test saying why."""
+    import pytest
+
+    python = os.environ.get("FAIRBENCH_VLLM_PYTHON", "")
+    if not python:
+        pytest.skip(
+            "no real vLLM: FAIRBENCH_VLLM_PYTHON is not set "
+            "(run tests/engines/setup_vllm_cpu.sh and export what it prints; .ci/run does)"
+        )
+    if python.startswith("unavailable:"):
+        pytest.skip(f"no real vLLM: the engine could not be installed here ({python})")
+    if not Path(python).is_file():
+        pytest.skip(f"no real vLLM: FAIRBENCH_VLLM_PYTHON={python} does not exist")
+    return python
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
