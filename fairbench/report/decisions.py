@@ -20,6 +20,7 @@ import yaml
 
 from fairbench.analysis import registry, series
 from fairbench.decide.compare import Comparison, Verdict
+from fairbench.report.figures import arm_cdfs
 from fairbench.report.html import ARM_DASH, Colors, fig_html, page, swatch, table
 
 _LATENCY = re.compile(r"^(ttft|e2e|tpot)_p\d+(\.|$)")
@@ -147,25 +148,15 @@ def comparison_report(
     colors = Colors.of_runs(scenarios, windows.values())
     for by, prefix in (("slo_class", "class"), ("tenant", "tenant")):
         for metric in ("TTFT", "E2E"):
-            fig = go.Figure()
-            for arm in ("A", "B"):
-                groups = series.latency_cdfs(windows[arm], by)[metric]
-                for name, (x, y) in groups.items():
-                    fig.add_trace(
-                        go.Scatter(
-                            x=x,
-                            y=y,
-                            name=f"{arm}: {prefix} {name}",
-                            mode="lines",
-                            legendgroup=str(name),
-                            line={"dash": ARM_DASH[arm], "color": colors.by(by).get(name)},
-                        )
-                    )
-            fig.update_layout(
-                title=f"{metric} CDF by {prefix}: A solid, B dotted (measurement window)",
-                xaxis_type="log",
-                xaxis_title=f"{metric} (ms, log scale)",
-                yaxis_title="fraction of requests (0–1)",
+            cdf_title = f"{metric} CDF by {prefix}: A solid, B dotted (measurement window)"
+            fig = arm_cdfs(
+                {arm: windows[arm] for arm in ("A", "B")},
+                by,
+                prefix,
+                metric,
+                ARM_DASH,
+                colors,
+                cdf_title,
             )
             suffix = "" if metric == "TTFT" else "-e2e"
             body.append(fig_html(fig, f"ab-cdf-{by}{suffix}"))

@@ -15,11 +15,11 @@ import math
 from pathlib import Path
 
 import pandas as pd
-import plotly.graph_objects as go
 import yaml
 
-from fairbench.analysis import registry, series
+from fairbench.analysis import registry
 from fairbench.decide.fidelity import Fidelity, Row
+from fairbench.report.figures import arm_cdfs
 from fairbench.report.html import Colors, fig_html, page, table
 
 ARMS = (("real", "solid"), ("sim", "dot"), ("real #2", "dash"))
@@ -120,26 +120,11 @@ def fidelity_report(fid: Fidelity, title: str = "Simulator fidelity") -> str:
     dash = dict(ARMS)
     for by, prefix in (("tenant", "tenant"), ("slo_class", "class")):
         for metric in ("TTFT", "TPOT", "E2E"):
-            fig = go.Figure()
-            for arm, df in frames.items():
-                for name, (x, y) in series.latency_cdfs(df, by)[metric].items():
-                    fig.add_trace(
-                        go.Scatter(
-                            x=x,
-                            y=y,
-                            name=f"{arm}: {prefix} {name}",
-                            mode="lines",
-                            legendgroup=str(name),
-                            line={"dash": dash[arm], "color": colors.by(by).get(name)},
-                        )
-                    )
-            fig.update_layout(
-                title=f"{metric} CDF by {prefix}: real solid, sim dotted"
+            cdf_title = (
+                f"{metric} CDF by {prefix}: real solid, sim dotted"
                 + (", real #2 dashed" if fid.noise is not None else "")
-                + " (ok requests, measurement window)",
-                xaxis_type="log",
-                xaxis_title=f"{metric} (ms, log scale)",
-                yaxis_title="fraction of requests (0–1)",
+                + " (ok requests, measurement window)"
             )
+            fig = arm_cdfs(frames, by, prefix, metric, dash, colors, cdf_title)
             body.append(fig_html(fig, f"fid-cdf-{by}-{metric.lower()}"))
     return page(title, body)

@@ -353,3 +353,36 @@ def send_lag(
         yaxis_rangemode="tozero",
     )
     return [fig_html(fig, "send-lag")]
+
+
+def arm_cdfs(
+    frames: Mapping[str, pd.DataFrame],
+    by: str,
+    prefix: str,
+    metric: str,
+    dashes: Mapping[str, str],
+    colors: Colors,
+    title: str,
+) -> go.Figure:
+    """One latency's CDF per group (`by`), one line style per arm (A/B, real/sim), one colour
+    per group across the arms: the A/B and fidelity pages' overlay."""
+    fig = go.Figure()
+    for arm, df in frames.items():
+        for name, (x, y) in series.latency_cdfs(df, by)[metric].items():
+            fig.add_trace(
+                go.Scatter(
+                    x=x,
+                    y=y,
+                    name=f"{arm}: {prefix} {name}",
+                    mode="lines",
+                    legendgroup=str(name),
+                    line={"dash": dashes[arm], "color": colors.by(by).get(name)},
+                )
+            )
+    fig.update_layout(
+        title=title,
+        xaxis_type="log",
+        xaxis_title=f"{metric} (ms, log scale)",
+        yaxis_title="fraction of requests (0–1)",
+    )
+    return fig

@@ -143,7 +143,6 @@ class StampedTransport:
         "_protocol",
         "_sock",
         "_ssl",
-        "kernel",
     )
 
     def __init__(
@@ -151,14 +150,12 @@ class StampedTransport:
         loop: asyncio.AbstractEventLoop,
         sock: socket.socket,
         protocol: StampedProtocol,
-        kernel: bool,
         tls: tuple[ssl.SSLObject, ssl.MemoryBIO, ssl.MemoryBIO] | None = None,
     ) -> None:
         self._loop = loop
         self._sock = sock
         self._fd = sock.fileno()
         self._protocol = protocol
-        self.kernel = kernel
         self._ssl, self._incoming, self._outgoing = tls if tls else (None, None, None)
         self._pending = bytearray()
         self._closing = False
@@ -323,7 +320,7 @@ async def open_stamped(
             raise
     if sock is None:
         raise error or OSError(f"cannot resolve {host}:{port}")
-    kernel = enable_kernel_stamps(sock)
+    enable_kernel_stamps(sock)  # where it cannot, reads come unstamped (see _stamp)
     try:
         tls_state = None
         if tls:
@@ -335,7 +332,7 @@ async def open_stamped(
     except BaseException:
         sock.close()
         raise
-    return StampedTransport(loop, sock, protocol, kernel, tls_state)
+    return StampedTransport(loop, sock, protocol, tls_state)
 
 
 async def _handshake(
@@ -411,4 +408,7 @@ def describe() -> dict[str, Any]:
         "send": "t_sent_ns when the generator sent the request (send lag); t_written_ns when "
         "its last byte was written to the socket (after any connect and TLS handshake)",
         "clock_offset_uncertainty_ns": CLOCK.uncertainty_ns,
+        # stamps that did not fit their read even after a fresh offset (a wall-clock step), and
+        # were replaced by the read's own time: counted in this process
+        "stamps_replaced": CLOCK.rejected,
     }
