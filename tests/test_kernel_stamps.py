@@ -224,18 +224,24 @@ def test_late_reads_are_invalid_only_when_they_moved_the_stamps(
         async def go() -> list[dict[str, Any]]:
             target = OpenAITarget(server.url, model="m")
 
-            def first_token_read() -> bool:
+            firsts: list[Any] = []  # the outcomes whose first token was read, in order
+
+            def first_tokens_read() -> int:
+                # counted per response: on a loaded machine the previous request can still be
+                # in flight, and its token must not release this one's rest
                 pool = target.pool
-                return pool is not None and any(
-                    c.response is not None and c.response.outcome.t_first_token for c in pool.all
-                )
+                for c in pool.all if pool is not None else ():
+                    out = c.response.outcome if c.response is not None else None
+                    if out is not None and out.t_first_token and all(o is not out for o in firsts):
+                        firsts.append(out)
+                return len(firsts)
 
             async def blocker() -> None:  # each first token sits in the socket for 50 ms
-                for _ in range(len(plan)):
+                for i in range(len(plan)):
                     while server.seen.empty():
                         await asyncio.sleep(0.001)
                     server.block_reads(release=False)  # on the loop: blocks every read
-                    while not first_token_read():  # then the rest, in reads of its own
+                    while first_tokens_read() <= i:  # then the rest, in reads of its own
                         await asyncio.sleep(0.001)
                     server.release.put(1)
 

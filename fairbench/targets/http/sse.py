@@ -31,6 +31,20 @@ class SSEParser:
             and b"\r" not in chunk
         ):
             return [chunk[6:-2]]  # the usual case: one whole event per read, nothing pending
+        if (
+            not self._buffer
+            and not self._data
+            and chunk.startswith(b"data: ")
+            and chunk.endswith(b"\n\n")
+            and b"\r" not in chunk
+        ):
+            # several whole one-line events, nothing pending (a late read, or chunked framing
+            # handing on a read's chunks at once): each part is `data: ...` with no newline
+            parts = chunk[:-2].split(b"\n\n")
+            if chunk.count(b"\n") == 2 * len(parts) and all(
+                part.startswith(b"data: ") for part in parts
+            ):
+                return [part[6:] for part in parts]
         if self._pending_cr and chunk.startswith(b"\n"):
             chunk = chunk[1:]  # the \n of a \r\n split across reads
         self._pending_cr = chunk.endswith(b"\r")
