@@ -48,9 +48,14 @@ about 20–30 s with the drain; the whole test about 5 minutes on the loaded box
 Measured (2026-12-01, shared two-core machine under a deliberate neighbour load; chat TTFT p99
 per seed, FIFO / VTC / DWRR): see docs/gateway.md, "The proof on a real vLLM".
 
-The generator's health is relaxed (send lag 100 ms, rate ratio 0.9, receive error 50 ms): the
-gateway shares the generator's core on a two-core box, and the latencies judged are seconds.
-This judges the gateway; generator validity has tests of its own.
+The generator's health is relaxed (send lag 100 ms, rate ratio 0.9): the gateway shares the
+generator's core on a two-core box, and the latencies judged are seconds. The receive-error
+check is relaxed to the run's timeout, i.e. off: when a response's first two tokens arrive in
+one read, its bound is the whole span since the previous read on the connection, which for a
+flood request that queued 10 s at the gateway is the request's send — one VTC run read 10.5 s
+of "receive error" on 4 flood requests whose receive delay was 1–3 ms. That bound says nothing
+about the polite tenant's stamps. This judges the gateway; generator validity has tests of its
+own.
 """
 
 from __future__ import annotations
@@ -84,7 +89,7 @@ SCHEDULE = (
 RELAX = (
     "health.max_send_lag_p99=100ms",
     "health.min_rate_ratio=0.9",
-    "health.max_receive_error_p99=50ms",
+    "health.max_receive_error_p99=120s",  # = run.timeout: see the docstring
 )
 ROW = f"ttft_p99.tenant.{POLITE}"
 pytestmark = pytest.mark.engine
