@@ -48,8 +48,12 @@ about 20–30 s with the drain; the whole test about 5 minutes on the loaded box
 Measured (2026-12-01, shared two-core machine under a deliberate neighbour load; chat TTFT p99
 per seed, FIFO / VTC / DWRR): see docs/gateway.md, "The proof on a real vLLM".
 
-The generator's health is relaxed (send lag 100 ms, rate ratio 0.9): the gateway shares the
-generator's core on a two-core box, and the latencies judged are seconds. The receive-error
+The generator's health is relaxed (send lag p99 2 s, rate ratio 0.8): the gateway shares the
+generator's core on a two-core box, and with the neighbours' load (load average 10 on two
+cores) a DWRR run's sends were up to 1.2 s late (p99 1.35 s) while its engine took 2.4 times as
+long as the FIFO run's before it. TTFT is from the intended send, so a late send counts against
+the run it happened in, and compare's interval over three pairs carries it as noise; the
+latencies judged are seconds. The receive-error
 check is relaxed to the run's timeout, i.e. off: when a response's first two tokens arrive in
 one read, its bound is the whole span since the previous read on the connection, which for a
 flood request that queued 10 s at the gateway is the request's send — one VTC run read 10.5 s
@@ -87,8 +91,8 @@ SCHEDULE = (
     (3, ("dwrr", "fifo", "vtc")),
 )
 RELAX = (
-    "health.max_send_lag_p99=100ms",
-    "health.min_rate_ratio=0.9",
+    "health.max_send_lag_p99=2s",
+    "health.min_rate_ratio=0.8",
     "health.max_receive_error_p99=120s",  # = run.timeout: see the docstring
 )
 ROW = f"ttft_p99.tenant.{POLITE}"
