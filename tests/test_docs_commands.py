@@ -126,7 +126,7 @@ SKIPPED: dict[str, str] = {
     "fairbench run scenarios/gateway-ab.yaml --out reports/gw-fifo": GATEWAY,
     "fairbench run scenarios/gateway-ab.yaml --out reports/gw-vtc": GATEWAY,
     "fairbench compare reports/gw-fifo reports/gw-vtc": GATEWAY,
-    "fairbench ab scenarios/gateway-vllm-vtc.yaml --iterations 1 --out reports/ab-gw-vllm "
+    "fairbench ab scenarios/gateway-vllm-vtc.yaml --iterations 3 --out reports/ab-gw-vllm "
     "--a target.upstreams.0.url=http://HOST:8000 --a scheduler.policy=fifo "
     "--b target.upstreams.0.url=http://HOST:8000 --b scheduler.policy=vtc": GATEWAY_VLLM,
     "FAIRBENCH_VLLM_PYTHON=$VLLM_PY pytest tests/test_vllm_gateway.py": (
