@@ -272,6 +272,8 @@ def register(app: typer.Typer) -> None:
         if twin is not None and not outcome.stopped:
             lines = simulate_and_compare(outcome.run_dir, summary, twin, seed, quiet)
             for line in lines:  # stdout is the summary's JSON alone with --json
-                (console if as_json else out).print(line, markup=False, highlight=False)
+                (console if as_json else out).print(
+                    line, markup=False, highlight=False, soft_wrap=True
+                )
         if outcome.exit_code:
             raise typer.Exit(outcome.exit_code)
