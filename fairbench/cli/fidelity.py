@@ -334,33 +334,48 @@ def register(app: typer.Typer) -> None:
             ),
         ] = 8,
         max_num_seqs: Annotated[
-            int,
+            int | None,
             typer.Option(
                 min=1,
-                help="the engine's --max-num-seqs: the largest decode batch probed",
+                help="the engine's --max-num-seqs: the largest decode batch probed (default: "
+                "what the engine says, probed up to 32; else 8)",
                 metavar="N",
             ),
-        ] = 8,
+        ] = None,
         max_num_batched_tokens: Annotated[
-            int,
+            int | None,
             typer.Option(
                 min=64,
-                help="the engine's per-step token budget (longest prompt probed)",
+                help="the engine's per-step token budget, the longest prompt probed (default: "
+                "what the engine says, else 2048)",
                 metavar="N",
             ),
-        ] = 2048,
+        ] = None,
         max_model_len: Annotated[
             int,
             typer.Option(
-                min=64, help="the context length, where /v1/models does not say", metavar="N"
+                min=64, help="the context length, where the engine does not say", metavar="N"
             ),
         ] = 2048,
         kv_cache_tokens: Annotated[
             int | None,
             typer.Option(
-                min=1, help="KV cache tokens, where /metrics does not say (vLLM does)", metavar="N"
+                min=1,
+                help="KV cache tokens (default: what the engine says: vLLM, SGLang and TGI "
+                "before v2.3 do)",
+                metavar="N",
             ),
         ] = None,
+        engine: Annotated[
+            str,
+            typer.Option(
+                "--engine",
+                help="which engine serves it, for its self-description: vllm, sglang, tgi, "
+                "openai, or auto (ask: SGLang answers /get_server_info, TGI /info, vLLM "
+                "/version)",
+                metavar="KIND",
+            ),
+        ] = "auto",
         api_key: Annotated[
             str | None, typer.Option(help="sent as Authorization: Bearer KEY", metavar="KEY")
         ] = None,
@@ -369,15 +384,26 @@ def register(app: typer.Typer) -> None:
             typer.Option(help="the profile's name (default: the file's stem)", metavar="NAME"),
         ] = None,
     ) -> None:
-        """Fit a cost profile from a live OpenAI-compatible engine (a bounded probe)."""
+        """Fit a cost profile from a live engine (vLLM, SGLang, TGI or any OpenAI-compatible
+        server) with a bounded probe."""
         import asyncio
 
         import yaml
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
         from fairbench.targets.precheck import check_reachable
-        from fairbench.targets.profile import ProbeDesign, ProbeError, profile_document, run_profile
+        from fairbench.targets.profile import (
+            ENGINES,
+            ProbeDesign,
+            ProbeError,
+            profile_document,
+            run_profile,
+        )
 
+        if engine not in (*ENGINES, "auto"):
+            raise UsageFailure(
+                f"--engine {engine}: not an engine; use one of {', '.join(ENGINES)} or auto"
+            )
         if out_file.exists() and out_file.is_dir():
             raise UsageFailure(f"--out {out_file}: a directory; give the profile's file name")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -387,10 +413,16 @@ def register(app: typer.Typer) -> None:
                 f"--target-url {target_url}: not an http(s) URL; e.g. http://127.0.0.1:8000"
             )
         asyncio.run(check_reachable(url, headers, label="--target-url"))
+        flags = {
+            "max_num_seqs": max_num_seqs,
+            "max_num_batched_tokens": max_num_batched_tokens,
+            "kv_cache_tokens": kv_cache_tokens,
+        }
+        given = {k for k, v in flags.items() if v is not None}
         design = ProbeDesign(
             max_model_len=max_model_len,
-            max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=max_num_seqs or 8,
+            max_num_batched_tokens=max_num_batched_tokens or 2048,
             kv_cache_tokens=kv_cache_tokens,
             budget_s=budget,
             max_rounds=rounds,
@@ -412,12 +444,12 @@ def register(app: typer.Typer) -> None:
 
         try:
             with bar:
-                result, fit = asyncio.run(run_profile(url, model, design, headers, progress))
+                result, fit = asyncio.run(
+                    run_profile(url, model, design, headers, progress, engine, given)
+                )
         except ProbeError as error:
             raise UsageFailure(f"--target-url {url}: {error}") from None
-        doc = profile_document(
-            result, fit, name or out_file.stem, max_num_seqs, max_num_batched_tokens
-        )
+        doc = profile_document(result, fit, name or out_file.stem)
         out_file.parent.mkdir(parents=True, exist_ok=True)
         header = (
             f"# Fitted by `fairbench profile` from {result.engine.model}: "
@@ -436,5 +468,15 @@ def register(app: typer.Typer) -> None:
             + (f" (the --budget of {budget:g} s allowed no more)" if result.truncated else ""),
             markup=False,
             highlight=False,
+        )
+        info = result.engine
+        said = ", ".join(f"{k} {getattr(info, k)}" for k in sorted(info.source) if k != "version")
+        out.print(
+            f"engine: {info.kind} ({info.detected_by})"
+            + (f", version {info.version}" if info.version else "")
+            + (f"; it said {said}" if said else "; it said nothing of its limits"),
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
         )
         out.print(f"wrote {out_file}", markup=False, highlight=False)
