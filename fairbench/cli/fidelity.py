@@ -384,8 +384,7 @@ def register(app: typer.Typer) -> None:
             typer.Option(help="the profile's name (default: the file's stem)", metavar="NAME"),
         ] = None,
     ) -> None:
-        """Fit a cost profile from a live engine (vLLM, SGLang, TGI or any OpenAI-compatible
-        server) with a bounded probe."""
+        """Fit a cost profile from a live vLLM, SGLang, TGI or OpenAI engine (bounded probe)."""
         import asyncio
 
         import yaml
