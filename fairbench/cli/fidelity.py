@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+import yaml
 from rich.console import Console
 from rich.table import Table
 
@@ -82,7 +83,6 @@ class Simulation:
 def _profile_spec(text: str) -> str:
     """`--simulate`'s value as `scheduler.profile` takes it (an absolute path, or a shipped
     profile's name), checked by loading it: a missing or bad file is one line, exit 2."""
-    import yaml
 
     from reference_scheduler.core.costmodel import ProfileError, load_profile, shipped_profiles
 
@@ -217,9 +217,9 @@ def simulated_scenario(
             )
     shown = {k: v for k, v in sim_doc["scheduler"].items() if k != "profile"}
     shown = {**shown, "profile": profile}
-    how = ", ".join(f"{k}: {v}" for k, v in shown.items())
+    how = yaml.safe_dump(shown, default_flow_style=True, sort_keys=False, width=10**6).strip()
     note = "" if kind in ("reference", "vllm") else f" (no {kind} mode: vLLM's scheduling model)"
-    line = f"target sim, scheduler {{{how}}}{note}"
+    line = f"target sim, scheduler {how}{note}"
     return Simulation(sim, spec, line)
 
 
