@@ -184,6 +184,9 @@ def test_a_vllm_target_is_simulated_by_vllms_scheduling_model(tmp_path: Path) ->
     assert twin.scn.scheduler["policy"] == "priority"
     with pytest.raises(UsageFailure, match=r"--simulate-set scheduler\.policy=dwrr"):
         twin_of(vllm_doc(), tmp_path, ["scheduler.policy=dwrr"])  # not a vLLM policy
+    reference = {**vllm_doc(), "target": {"kind": "reference"}}
+    with pytest.raises(UsageFailure, match="must stay sim"):  # the twin would be a live run
+        twin_of(reference, tmp_path, ["target.kind=reference"])
 
 
 def test_engines_without_a_mode_get_vllms_and_the_line_says_so(tmp_path: Path) -> None:

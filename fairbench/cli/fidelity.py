@@ -205,6 +205,11 @@ def simulated_scenario(
         raise UsageFailure(
             *(f"--simulate {profile}: the simulated scenario: {line}" for line in error.lines)
         ) from None
+    if sim.target.kind != "sim":
+        raise UsageFailure(
+            f"--simulate-set {' '.join(items)}: the simulated scenario's target must stay sim "
+            "(the live run is the scenario's own target)"
+        )
     if items:
         from fairbench.plan.materialize import materialize
 
