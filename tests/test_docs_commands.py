@@ -102,6 +102,11 @@ SKIPPED: dict[str, str] = {
     "fairbench profile --target-url http://HOST:8000 --max-num-seqs 256 "
     "--max-num-batched-tokens 8192 --budget 240 --out h100-profile.yaml": CALIBRATION,
     "fairbench run scenarios/vllm-priority.yaml --target-url http://HOST:8000 "
+    "--simulate h100-profile.yaml --out reports/real-sim": (
+        "the calibration loop against your engine at HOST:8000; tests/test_simulate_flag.py "
+        "runs --simulate against the reference server"
+    ),
+    "fairbench run scenarios/vllm-priority.yaml --target-url http://HOST:8000 "
     "--out reports/real-1": CALIBRATION,
     "fairbench run scenarios/vllm-priority.yaml --target-url http://HOST:8000 "
     "--out reports/real-2": CALIBRATION,

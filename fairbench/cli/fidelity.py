@@ -2,22 +2,31 @@
 
 `profile` fits a cost profile from a live engine (fairbench.targets.profile); `fidelity`
 measures how far a simulated run of a plan is from a real run of it
-(fairbench.decide.fidelity). Kept apart from `analysis` so the two commands of the loop read
-together. Registered on the app by `fairbench.cli.main.main`.
+(fairbench.decide.fidelity); `fairbench run --simulate PROFILE` closes the loop on one live run
+(`simulated_scenario` below builds the simulated twin of its scenario, `measure_fidelity`
+writes what `fairbench fidelity RUN RUN/sim` writes). Kept apart from `analysis` so the
+commands of the loop read together. Registered on the app by `fairbench.cli.main.main`.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+import yaml
 from rich.console import Console
 from rich.table import Table
 
-from fairbench.cli.inputs import UsageFailure
+from fairbench.cli.inputs import UsageFailure, scenario_with
+from fairbench.workload.scenario import Scenario, ScenarioError
+
+if TYPE_CHECKING:
+    from fairbench.decide.fidelity import Fidelity
 
 out = Console(width=None if sys.stdout.isatty() else 160)
 
@@ -40,6 +49,214 @@ def _fidelity_table(fid: object) -> Table:
         group = "overall" if row.group == "overall" else f"{row.group} {row.key}"
         table.add_row(group, *cells)
     return table
+
+
+# ---------------------------------------------------------------- `fairbench run --simulate`
+
+# The simulated engine mode each live target's engine gets. The simulator has two: the
+# reference scheduler (what the reference server runs) and vLLM V1's own scheduling. SGLang,
+# TGI and an unknown OpenAI server are continuous-batching engines with a per-step token budget
+# and KV allocated as tokens are produced, which the vLLM mode models; no mode of their own
+# exists, so they get the vLLM one and the headline says so.
+SIM_ENGINE = {"reference": "reference", "vllm": "vllm", "sglang": "vllm", "tgi": "vllm"}
+# Keys of a live scenario's `scheduler:` block that describe a vLLM-like engine's limits and
+# that the vLLM mode takes; the rest of the block (a reference policy's options) is not carried.
+VLLM_LIMITS = (
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "chunked_prefill",
+    "kv_cache_tokens",
+    "block_size",
+    "max_model_len",
+)
+
+
+@dataclass(frozen=True)
+class Simulation:
+    """The simulated twin of a live run's scenario, and how it was chosen (one line)."""
+
+    scn: Scenario
+    profile: str
+    line: str
+
+
+def _profile_spec(text: str) -> str:
+    """`--simulate`'s value as `scheduler.profile` takes it (an absolute path, or a shipped
+    profile's name), checked by loading it: a missing or bad file is one line, exit 2."""
+
+    from reference_scheduler.core.costmodel import ProfileError, load_profile, shipped_profiles
+
+    path = Path(text)
+    if path.is_dir():
+        raise UsageFailure(f"--simulate {text}: a directory; give the profile YAML file")
+    if path.is_file():
+        spec = str(path.resolve())
+    elif text in shipped_profiles():
+        spec = text
+    else:
+        raise UsageFailure(
+            f"--simulate {text}: no such profile file; give the YAML `fairbench profile` wrote "
+            f"(or a shipped profile: {', '.join(shipped_profiles())})"
+        )
+    try:
+        load_profile(spec, where="profile")
+    except ProfileError as error:
+        raise UsageFailure(f"--simulate {text}: {' '.join(str(error).split())}") from None
+    except yaml.YAMLError as error:
+        why = " ".join(str(error).split())[:160]
+        raise UsageFailure(f"--simulate {text}: not a profile YAML ({why})") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageFailure(f"--simulate {text}: cannot read ({error})") from None
+    return spec
+
+
+def _class_priorities(scn: Scenario) -> dict[str, int]:
+    """Each SLO class's priority as the live engine received it (`target.priority`): the
+    simulated vLLM ranks a request by its class's `priority`, so the numbers the live target
+    sent go to the classes (the plan does not change: it names classes, not their fields)."""
+    spec = scn.target.priority
+    if spec is None:
+        return {}
+    if spec.by == "slo_class":
+        out = {}
+        for name, cls in scn.slo_classes.items():
+            value = spec.values.get(name, spec.default)
+            out[name] = cls.priority if value is None else value
+        return out
+    sent: dict[str, dict[int, str]] = {}
+    for tenant in scn.tenants:
+        value = spec.values.get(tenant.id, spec.default)
+        if value is None:
+            continue
+        for workload in scn.mix_of(tenant):
+            sent.setdefault(scn.slo_class_of(tenant, workload), {})[value] = tenant.id
+    out = {}
+    for name, values in sent.items():
+        if len(values) > 1:
+            who = ", ".join(f"{t} {v}" for v, t in sorted(values.items()))
+            raise UsageFailure(
+                f"--simulate: target.priority is by tenant and class {name!r} was sent "
+                f"different priorities ({who}); the simulated vLLM ranks by SLO class: give "
+                f"--simulate-set slo_classes.{name}.priority=N (or one class per tenant)"
+            )
+        out[name] = next(iter(values))
+    return out
+
+
+def simulated_scenario(
+    doc: dict[str, Any],
+    scn: Scenario,
+    file: Path,
+    profile: str,
+    overrides: list[str] | None = None,
+    seed: int | None = None,
+) -> Simulation:
+    """The live scenario `scn` (document `doc`, from `file`) as `target: sim`, on `profile`,
+    in the engine mode that matches the live target's engine; `overrides` (`--simulate-set`)
+    applied last. Everything but the target, the `scheduler:` block and the classes'
+    priorities stays as it is, so the plan is the same (checked when overrides are given).
+
+    The policy: the reference target simulates its own `scheduler:` block (policy and all)
+    on the profile. A vLLM engine's policy is `fcfs` (vLLM's default `--scheduling-policy`)
+    unless the scenario's `scheduler.policy` is `priority` (the block a live vLLM run does not
+    otherwise read); `--simulate-set scheduler.policy=priority` says it on the command line."""
+    if scn.target.kind == "sim":
+        raise UsageFailure(
+            "--simulate: the scenario's target is sim already; --simulate replays a live run's "
+            "plan in simulation (compare two runs with `fairbench fidelity REAL SIM`)"
+        )
+    if scn.target.upstreams:
+        raise UsageFailure(
+            "--simulate: target.upstreams runs the gateway in front of real engines, which has "
+            "no simulated counterpart; simulate the engines' scenario with --set target.kind=sim"
+        )
+    if scn.target.faults:
+        raise UsageFailure(
+            "--simulate: target.faults injects failures the simulation would not have; remove "
+            "them to compare the live run with its simulation"
+        )
+    spec = _profile_spec(profile)
+    data = json.loads(json.dumps(doc))
+    kind = scn.target.kind
+    mode = SIM_ENGINE.get(kind, "vllm")
+    if mode == "reference":
+        block = {**scn.scheduler, "profile": spec}
+    else:
+        policy = "priority" if scn.scheduler.get("policy") == "priority" else "fcfs"
+        block = {"engine": "vllm", "policy": policy, "profile": spec}
+        block.update({k: scn.scheduler[k] for k in VLLM_LIMITS if k in scn.scheduler})
+        ranks = _class_priorities(scn)
+        if ranks:
+            classes = data.get("slo_classes")
+            if not isinstance(classes, dict):
+                classes = {
+                    name: cls.model_dump(exclude_none=True) for name, cls in scn.slo_classes.items()
+                }
+                data["slo_classes"] = classes
+            for name, value in ranks.items():
+                if isinstance(classes.get(name), dict):
+                    classes[name]["priority"] = value
+    data["target"] = {"kind": "sim"}
+    data["scheduler"] = block
+    items = list(overrides or [])
+    try:
+        sim_doc, sim = scenario_with(file, items, "--simulate-set", raw=data)
+    except ScenarioError as error:  # the twin itself (not an override) does not validate
+        raise UsageFailure(
+            *(f"--simulate {profile}: the simulated scenario: {line}" for line in error.lines)
+        ) from None
+    if sim.target.kind != "sim":
+        raise UsageFailure(
+            f"--simulate-set {' '.join(items)}: the simulated scenario's target must stay sim "
+            "(the live run is the scenario's own target)"
+        )
+    if items:
+        from fairbench.plan.materialize import materialize
+
+        live, twin = materialize(scn, seed).digest, materialize(sim, seed).digest
+        if live != twin:
+            raise UsageFailure(
+                f"--simulate-set {' '.join(items)}: changes the plan ({twin[:19]}… against the "
+                f"live {live[:19]}…); --simulate-set may change the engine (scheduler.*, "
+                "slo_classes.*.priority), not the workload, tenants or run"
+            )
+    shown = {k: v for k, v in sim_doc["scheduler"].items() if k != "profile"}
+    shown = {**shown, "profile": profile}
+    how = yaml.safe_dump(shown, default_flow_style=True, sort_keys=False, width=10**6).strip()
+    note = "" if kind in ("reference", "vllm") else f" (no {kind} mode: vLLM's scheduling model)"
+    line = f"target sim, scheduler {how}{note}"
+    return Simulation(sim, spec, line)
+
+
+def measure_fidelity(
+    real: Path, sim: Path, noise: Path | None = None, factor: float = 1.0, out: Path | None = None
+) -> tuple[Fidelity, list[Path]]:
+    """`fairbench fidelity REAL SIM`'s measurement and its files (fidelity.json, .md, .html in
+    `out`, default SIM). Raises FidelityRefused (one line) when the runs cannot be compared."""
+    from fairbench.decide.fidelity import fidelity as measure
+    from fairbench.decide.fidelity import write_outputs
+    from fairbench.report import write_page
+    from fairbench.report.fidelity import fidelity_markdown, fidelity_report
+
+    fid = measure(real, sim, noise, factor)
+    target = out if out is not None else sim
+    written = write_outputs(fid, target, fidelity_markdown(fid))
+    written.append(write_page(target / "fidelity.html", fidelity_report(fid)))
+    return fid, written
+
+
+def mape_line(fid: Fidelity) -> str:
+    """The headline: MAPE over every figure, and per tenant."""
+    mape = fid.mape()
+    if not math.isfinite(mape):
+        return "MAPE: no figure both runs have"
+    tenants = [
+        f"{key} {fid.mape('tenant', key):.1f}%"
+        for group, key in fid.groups()
+        if group == "tenant" and math.isfinite(fid.mape("tenant", key))
+    ]
+    per = f" (per tenant: {', '.join(tenants)})" if tenants else ""
+    return f"MAPE {mape:.1f}% over {len(fid.finite())} figures{per}"
 
 
 def register(app: typer.Typer) -> None:
@@ -77,32 +294,17 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="print the rows as JSON")] = False,
     ) -> None:
         """How far a simulated run is from a real run of the same plan, per tenant and class."""
-        import json
-
-        from fairbench.decide.fidelity import FidelityRefused, write_outputs
-        from fairbench.decide.fidelity import fidelity as measure
-        from fairbench.report import write_page
-        from fairbench.report.fidelity import fidelity_markdown, fidelity_report
+        from fairbench.decide.fidelity import FidelityRefused
 
         try:
-            fid = measure(real, sim, noise, factor)
+            fid, written = measure_fidelity(real, sim, noise, factor, out_dir)
         except FidelityRefused as error:
             raise UsageFailure(f"cannot measure fidelity: {error}") from None
-        target = out_dir if out_dir is not None else sim
-        written = write_outputs(fid, target, fidelity_markdown(fid))
-        written.append(write_page(target / "fidelity.html", fidelity_report(fid)))
         if as_json:
             sys.stdout.write(json.dumps(fid.as_dict(), indent=2) + "\n")
             return
         out.print(_fidelity_table(fid))
-        mape = fid.mape()
-        out.print(
-            f"MAPE {mape:.1f}% over {len(fid.finite())} figures"
-            if math.isfinite(mape)
-            else "MAPE: no figure both runs have",
-            markup=False,
-            highlight=False,
-        )
+        out.print(mape_line(fid), markup=False, highlight=False)
         out.print("wrote " + ", ".join(str(p) for p in written), markup=False, highlight=False)
 
     @app.command()
@@ -137,33 +339,48 @@ def register(app: typer.Typer) -> None:
             ),
         ] = 8,
         max_num_seqs: Annotated[
-            int,
+            int | None,
             typer.Option(
                 min=1,
-                help="the engine's --max-num-seqs: the largest decode batch probed",
+                help="the engine's --max-num-seqs: the largest decode batch probed (default: "
+                "what the engine says, probed up to 32; else 8)",
                 metavar="N",
             ),
-        ] = 8,
+        ] = None,
         max_num_batched_tokens: Annotated[
-            int,
+            int | None,
             typer.Option(
                 min=64,
-                help="the engine's per-step token budget (longest prompt probed)",
+                help="the engine's per-step token budget, the longest prompt probed (default: "
+                "what the engine says, else 2048)",
                 metavar="N",
             ),
-        ] = 2048,
+        ] = None,
         max_model_len: Annotated[
             int,
             typer.Option(
-                min=64, help="the context length, where /v1/models does not say", metavar="N"
+                min=64, help="the context length, where the engine does not say", metavar="N"
             ),
         ] = 2048,
         kv_cache_tokens: Annotated[
             int | None,
             typer.Option(
-                min=1, help="KV cache tokens, where /metrics does not say (vLLM does)", metavar="N"
+                min=1,
+                help="KV cache tokens (default: what the engine says: vLLM, SGLang and TGI "
+                "before v2.3 do)",
+                metavar="N",
             ),
         ] = None,
+        engine: Annotated[
+            str,
+            typer.Option(
+                "--engine",
+                help="which engine serves it, for its self-description: vllm, sglang, tgi, "
+                "openai, or auto (ask: SGLang answers /get_server_info, TGI /info, vLLM "
+                "/version)",
+                metavar="KIND",
+            ),
+        ] = "auto",
         api_key: Annotated[
             str | None, typer.Option(help="sent as Authorization: Bearer KEY", metavar="KEY")
         ] = None,
@@ -172,15 +389,25 @@ def register(app: typer.Typer) -> None:
             typer.Option(help="the profile's name (default: the file's stem)", metavar="NAME"),
         ] = None,
     ) -> None:
-        """Fit a cost profile from a live OpenAI-compatible engine (a bounded probe)."""
+        """Fit a cost profile from a live vLLM, SGLang, TGI or OpenAI engine (bounded probe)."""
         import asyncio
 
         import yaml
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
         from fairbench.targets.precheck import check_reachable
-        from fairbench.targets.profile import ProbeDesign, ProbeError, profile_document, run_profile
+        from fairbench.targets.profile import (
+            ENGINES,
+            ProbeDesign,
+            ProbeError,
+            profile_document,
+            run_profile,
+        )
 
+        if engine not in (*ENGINES, "auto"):
+            raise UsageFailure(
+                f"--engine {engine}: not an engine; use one of {', '.join(ENGINES)} or auto"
+            )
         if out_file.exists() and out_file.is_dir():
             raise UsageFailure(f"--out {out_file}: a directory; give the profile's file name")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -190,10 +417,16 @@ def register(app: typer.Typer) -> None:
                 f"--target-url {target_url}: not an http(s) URL; e.g. http://127.0.0.1:8000"
             )
         asyncio.run(check_reachable(url, headers, label="--target-url"))
+        flags = {
+            "max_num_seqs": max_num_seqs,
+            "max_num_batched_tokens": max_num_batched_tokens,
+            "kv_cache_tokens": kv_cache_tokens,
+        }
+        given = {k for k, v in flags.items() if v is not None}
         design = ProbeDesign(
             max_model_len=max_model_len,
-            max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=max_num_seqs or 8,
+            max_num_batched_tokens=max_num_batched_tokens or 2048,
             kv_cache_tokens=kv_cache_tokens,
             budget_s=budget,
             max_rounds=rounds,
@@ -215,12 +448,12 @@ def register(app: typer.Typer) -> None:
 
         try:
             with bar:
-                result, fit = asyncio.run(run_profile(url, model, design, headers, progress))
+                result, fit = asyncio.run(
+                    run_profile(url, model, design, headers, progress, engine, given)
+                )
         except ProbeError as error:
             raise UsageFailure(f"--target-url {url}: {error}") from None
-        doc = profile_document(
-            result, fit, name or out_file.stem, max_num_seqs, max_num_batched_tokens
-        )
+        doc = profile_document(result, fit, name or out_file.stem)
         out_file.parent.mkdir(parents=True, exist_ok=True)
         header = (
             f"# Fitted by `fairbench profile` from {result.engine.model}: "
@@ -239,5 +472,15 @@ def register(app: typer.Typer) -> None:
             + (f" (the --budget of {budget:g} s allowed no more)" if result.truncated else ""),
             markup=False,
             highlight=False,
+        )
+        info = result.engine
+        said = ", ".join(f"{k} {getattr(info, k)}" for k in sorted(info.source) if k != "version")
+        out.print(
+            f"engine: {info.kind} ({info.detected_by})"
+            + (f", version {info.version}" if info.version else "")
+            + (f"; it said {said}" if said else "; it said nothing of its limits"),
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
         )
         out.print(f"wrote {out_file}", markup=False, highlight=False)

@@ -1,4 +1,9 @@
-"""`fairbench run`: the main job. Registered on the app by `fairbench.cli.main.main`."""
+"""`fairbench run`: the main job. Registered on the app by `fairbench.cli.main.main`.
+
+With `--simulate PROFILE`, a live run is followed by its simulation: the same plan in virtual
+time on the profile (fairbench.cli.fidelity.simulated_scenario says which engine mode and
+policy), written under RUN/sim/, and the fidelity files `fairbench fidelity RUN RUN/sim` writes.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ from rich.table import Table
 from fairbench.cli.inputs import SET_HELP, scenario_with
 
 if TYPE_CHECKING:
+    from fairbench.cli.fidelity import Simulation
     from fairbench.run.executor import LiveCounters
 
 console = Console(stderr=True)
@@ -101,6 +107,35 @@ def verdict_lines(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
+def simulate_and_compare(
+    run_dir: Path, summary: dict[str, Any], twin: Simulation, seed: int | None, quiet: bool
+) -> list[str]:
+    """Simulate the live run's plan into RUN/sim/ and write the fidelity files there, as
+    `fairbench fidelity RUN RUN/sim` does; the headline lines to print. The live run's verdict
+    stays the exit code: a simulation that cannot be compared says why in a line."""
+    from fairbench.cli.fidelity import mape_line, measure_fidelity
+    from fairbench.decide.fidelity import FidelityRefused
+    from fairbench.pipeline import run_scenario
+    from fairbench.report import write_run_report
+    from fairbench.run import RunOptions
+
+    sim_dir = run_dir / "sim"
+    if not quiet:
+        console.print(f"simulating the same plan: {twin.line}", markup=False, highlight=False)
+    sim = run_scenario(twin.scn, RunOptions(out=sim_dir, seed=seed, workers=1))
+    write_run_report(sim.run_dir)
+    digest = str(sim.summary.get("plan_digest", ""))
+    same = "the live run's" if digest == summary.get("plan_digest") else "NOT the live run's"
+    lines = [f"simulated: {sim_dir} ({twin.line}); plan {digest[:19]}…, {same}"]
+    try:
+        fid, written = measure_fidelity(run_dir, sim_dir)
+    except FidelityRefused as error:
+        return [*lines, f"fidelity not measured: {error}"]
+    lines.append(f"fidelity (sim vs live): {mape_line(fid)}")
+    lines.append("wrote " + ", ".join(str(p) for p in written))
+    return lines
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def run(
@@ -146,9 +181,34 @@ def register(app: typer.Typer) -> None:
                 metavar="NAME", help="with --ray: actor k needs one unit of the k-th (cycled)"
             ),
         ] = None,
+        simulate: Annotated[
+            str | None,
+            typer.Option(
+                metavar="PROFILE",
+                help="after the live run, simulate the same plan on this profile YAML into "
+                "RUN/sim/ and measure its fidelity (docs/simulator.md)",
+            ),
+        ] = None,
+        simulate_set: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--simulate-set",
+                metavar="PATH=VALUE",
+                help="with --simulate: override a field of the simulated scenario only, e.g. "
+                "scheduler.policy=priority (repeat)",
+            ),
+        ] = None,
     ) -> None:
         """Run a scenario open-loop against its target and write a run directory."""
-        _, scn = scenario_with(file, overrides, "--set")
+        doc, scn = scenario_with(file, overrides, "--set")
+        twin = None
+        if simulate_set and simulate is None:
+            console.print("--simulate-set needs --simulate PROFILE", markup=False, soft_wrap=True)
+            raise typer.Exit(2)
+        if simulate is not None:  # before the live run: a bad profile costs nothing
+            from fairbench.cli.fidelity import simulated_scenario
+
+            twin = simulated_scenario(doc, scn, file, simulate, simulate_set, seed)
         from fairbench.pipeline import run_scenario  # after the checks: it loads the stack
         from fairbench.report import write_run_report
         from fairbench.run import RunOptions
@@ -209,5 +269,11 @@ def register(app: typer.Typer) -> None:
             for line in verdict_lines(summary):
                 out.print(line, highlight=False)
             out.print(f"run directory: {outcome.run_dir}", markup=False, highlight=False)
+        if twin is not None and not outcome.stopped:
+            lines = simulate_and_compare(outcome.run_dir, summary, twin, seed, quiet)
+            for line in lines:  # stdout is the summary's JSON alone with --json
+                (console if as_json else out).print(
+                    line, markup=False, highlight=False, soft_wrap=True
+                )
         if outcome.exit_code:
             raise typer.Exit(outcome.exit_code)

@@ -33,9 +33,44 @@ make a prefill free); their token counts are what the server reports in `usage`,
 asked. The fit is
 `scipy.optimize.least_squares` on relative residuals with a soft-L1 loss (an outlier that
 survives the median is not a trend), coefficients ≥ 0, started from the linear fits of
-each phase; each coefficient's standard error comes from the Jacobian at the solution. The
-engine's own description is read where it gives one: vLLM's `/metrics` `cache_config_info`
-(block size, GPU blocks → `kv_cache_tokens`), `/v1/models` (`max_model_len`), `/version`.
+each phase; each coefficient's standard error comes from the Jacobian at the solution.
+
+**Which engine, and what it says about itself.** `--engine auto` (the default) asks the server:
+SGLang answers `GET /get_server_info`, TGI `GET /info`, vLLM `GET /version` (tried in that
+order, all at once; a server that answers none is `openai`, and nothing but `/v1/models` and
+`/metrics` is read from it). What each self-description gives, field names checked in the
+engines' source:
+
+- vLLM: `/metrics` `vllm:cache_config_info` (block size × GPU blocks → `kv_cache_tokens`),
+  `/v1/models` (`max_model_len`), `/version`.
+- SGLang (sgl-project/sglang `python/sglang/srt/entrypoints/http_server.py`,
+  `get_server_info`: the `ServerArgs` dataclass of `srt/server_args.py`, the scheduler's
+  `get_init_info` of `srt/managers/scheduler.py`, and `version`): `max_total_num_tokens` (the
+  KV pool, in tokens) → `kv_cache_tokens`; `max_running_requests` → `max_num_seqs`;
+  `chunked_prefill_size` (−1 or null: chunking off) → `max_num_batched_tokens`, else
+  `max_prefill_tokens`; `context_length`, else `/v1/models` `max_model_len` (SGLang's
+  `available_models` reports the model's context there) → `max_model_len`;
+  `max_req_input_len` → the longest prompt; `version`. A server started with
+  `--stream-interval` above 1 streams several tokens per chunk, so its gaps are not steps: the
+  probe refuses it.
+- TGI (huggingface/text-generation-inference `router/src/lib.rs` `struct Info`, served by
+  `router/src/server.rs` `get_model_info`): `max_total_tokens` (prompt + output per request) →
+  `max_model_len`; `max_input_tokens` (`max_input_length` before v2.1) → the longest prompt;
+  `max_batch_total_tokens` (in `/info` up to v2.2; removed with the v3 router) →
+  `kv_cache_tokens`; `max_batch_size` (same versions) → `max_num_seqs`;
+  `max_concurrent_requests` (the router's limit on requests in flight) caps the decode batches
+  probed; `model_id`; `version`.
+
+The probe's requests go to the engine's OpenAI-compatible `/v1/completions`, streamed: SGLang's
+(`srt/entrypoints/openai/serving_completions.py`) takes `ignore_eos`, `min_tokens` and
+`stream_options.include_usage` as vLLM's does. TGI's (`router/src/server.rs` `completions`,
+`CompletionRequest` of `lib.rs`) reads `model`, `prompt`, `max_tokens`, `temperature`, `stream`
+and nothing else (serde ignores the rest; `model` other than `tgi` is taken as a LoRA adapter
+id, so the probe sends `tgi`): there is no `ignore_eos`, so a stream may end early at EOS (a
+decode stream with fewer than 3 tokens is left out of its step). Its stream is one event per
+token, `finish_reason` "" until the last, and the last event carries `usage` (prompt and
+completion tokens from the generation's details) whatever `stream_options` says; a token is
+counted per event, as its chunks say.
 """
 
 from __future__ import annotations
@@ -45,7 +80,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -75,20 +110,36 @@ class Observation:
     key: str = ""  # the design point: the fit takes the median over rounds of each
 
 
+ENGINES = ("vllm", "sglang", "tgi", "openai")
+# The largest decode batch probed when the engine (not a flag) gave max_num_seqs: SGLang's
+# computed max_running_requests runs to thousands, and the linear decode term extrapolates.
+PROBE_BATCH_FROM_ENGINE = 32
+
+
 @dataclass
 class EngineInfo:
+    """What the engine says about itself (None: it did not say), and where each came from."""
+
     model: str
+    kind: str = "openai"  # vllm | sglang | tgi | openai
+    detected_by: str = ""  # the endpoint that told the engine apart, or "--engine"
     version: str | None = None
     max_model_len: int | None = None
     block_size: int | None = None
     num_gpu_blocks: int | None = None
+    kv_tokens: int | None = None  # SGLang/TGI say the KV pool in tokens
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    chunked_prefill: bool | None = None
+    max_prompt_tokens: int | None = None
+    max_concurrent: int | None = None
     source: dict[str, str] = field(default_factory=dict)
 
     @property
     def kv_cache_tokens(self) -> int | None:
         if self.block_size and self.num_gpu_blocks:
             return self.block_size * self.num_gpu_blocks
-        return None
+        return self.kv_tokens
 
 
 @dataclass
@@ -107,11 +158,17 @@ class ProbeDesign:
     budget_s: float = 240.0
     max_rounds: int = 8
     seed: int = 0
+    max_prompt_tokens: int | None = None  # the engine's own cap on a prompt (SGLang, TGI)
+    probe_batch: int | None = None  # the largest decode batch probed (default max_num_seqs)
+    chunked_prefill: bool = True
 
     def longest_prompt(self) -> int:
         """95% of what one step and the context hold: prompts are sized in words, and the
         engine's tokenizer may count a few more tokens than the words suggested."""
-        return max(16, int(0.95 * min(self.max_model_len - 8, self.max_num_batched_tokens - 8)))
+        caps = [self.max_model_len - 8, self.max_num_batched_tokens - 8]
+        if self.max_prompt_tokens:
+            caps.append(self.max_prompt_tokens - 8)
+        return max(16, int(0.95 * min(caps)))
 
     def prefill_lengths(self) -> list[int]:
         top = self.longest_prompt()
@@ -119,11 +176,12 @@ class ProbeDesign:
         return sorted({round(p) for p in points})
 
     def batches(self) -> list[int]:
+        top = max(1, min(self.probe_batch or self.max_num_seqs, self.max_num_seqs))
         out, b = [], 1
-        while b < self.max_num_seqs:
+        while b < top:
             out.append(b)
             b *= 2
-        return [*out, self.max_num_seqs]
+        return [*out, top]
 
     def decode_prompts(self) -> list[int]:
         return sorted({32, max(32, min(self.longest_prompt() // 2, 1024))})
@@ -162,8 +220,11 @@ Progress = Callable[[str, int, int], None]  # (phase, done, total)
 class Client:
     """Streams completions and stamps each chunk's arrival on the monotonic clock."""
 
-    def __init__(self, base: str, model: str, headers: dict[str, str], seed: int) -> None:
+    def __init__(
+        self, base: str, model: str, headers: dict[str, str], seed: int, kind: str = "openai"
+    ) -> None:
         self.base, self.model, self.headers = base.rstrip("/"), model, headers
+        self.kind = kind
         self.rng = np.random.default_rng(seed)
         self.words_per_token = 1.0  # learnt from the first reply's usage
         self.session: aiohttp.ClientSession | None = None
@@ -187,16 +248,7 @@ class Client:
     async def stream(self, tokens: int, max_tokens: int, out: Stream | None = None) -> Stream:
         """Send one streamed request; `out` (if given) fills as tokens arrive."""
         assert self.session is not None
-        body = {
-            "model": self.model,
-            "prompt": self.prompt(tokens),
-            "max_tokens": max_tokens,
-            "min_tokens": max_tokens,
-            "ignore_eos": True,
-            "temperature": 0,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
+        body = self.body(tokens, max_tokens)
         out = out or Stream(0)
         out.sent_ns = time.perf_counter_ns()
         url = f"{self.base}/v1/completions"
@@ -231,6 +283,29 @@ class Client:
             raise ProbeError(f"{url}: the engine streamed no token for a probe request")
         return out
 
+    def body(self, tokens: int, max_tokens: int) -> dict[str, Any]:
+        """The completion request: vLLM's fields (SGLang takes the same); TGI reads only
+        model, prompt, max_tokens, temperature and stream, and takes a `model` other than
+        `tgi` as a LoRA adapter id."""
+        if self.kind == "tgi":
+            return {
+                "model": "tgi",
+                "prompt": self.prompt(tokens),
+                "max_tokens": max_tokens,
+                "temperature": 0,
+                "stream": True,
+            }
+        return {
+            "model": self.model,
+            "prompt": self.prompt(tokens),
+            "max_tokens": max_tokens,
+            "min_tokens": max_tokens,
+            "ignore_eos": True,
+            "temperature": 0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+
     async def calibrate(self) -> None:
         """How many words make a token on this engine's tokenizer (usage of one probe)."""
         asked = 64
@@ -263,12 +338,104 @@ def cache_config(metrics_text: str) -> dict[str, str]:
     return dict(_LABEL.findall(found.group(1))) if found else {}
 
 
-async def engine_info(base: str, model: str | None, headers: dict[str, str]) -> EngineInfo:
+def _int(value: Any) -> int | None:
+    """A positive integer the engine said, or None (null, -1, a string, a bool)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return int(value) if value > 0 and float(value).is_integer() else None
+
+
+def detect(server_info: Any, info: Any, version: Any) -> tuple[str, str]:
+    """(engine, the endpoint that said so) from the three self-descriptions' answers."""
+    if isinstance(server_info, dict) and (
+        "max_total_num_tokens" in server_info or "model_path" in server_info
+    ):
+        return "sglang", "/get_server_info"
+    if isinstance(info, dict) and "model_id" in info and "max_total_tokens" in info:
+        return "tgi", "/info"
+    if isinstance(version, dict) and version.get("version") is not None:
+        return "vllm", "/version"
+    return "openai", "no /get_server_info, /info or /version"
+
+
+def read_sglang(info: EngineInfo, doc: dict[str, Any]) -> None:
+    """SGLang's `/get_server_info`: its ServerArgs, the scheduler's init info, `version`."""
+    where = "/get_server_info"
+    interval = _int(doc.get("stream_interval"))
+    if interval is not None and interval > 1:
+        raise ProbeError(
+            f"{where}: stream_interval is {interval}: SGLang streams {interval} tokens per "
+            "chunk, so the gaps between chunks are not steps; profile a server started with "
+            "--stream-interval 1"
+        )
+    fields = {
+        "kv_tokens": "max_total_num_tokens",
+        "max_num_seqs": "max_running_requests",
+        "max_model_len": "context_length",
+        "max_prompt_tokens": "max_req_input_len",
+    }
+    for attr, key in fields.items():
+        value = _int(doc.get(key))
+        if value is not None:
+            setattr(info, attr, value)
+            info.source[attr] = f"{where} {key}"
+    chunk = doc.get("chunked_prefill_size")
+    if _int(chunk) is not None:
+        info.max_num_batched_tokens, info.chunked_prefill = _int(chunk), True
+        info.source["max_num_batched_tokens"] = f"{where} chunked_prefill_size"
+    elif chunk is None or (isinstance(chunk, int) and chunk <= 0):
+        if "chunked_prefill_size" in doc:
+            info.chunked_prefill = False
+            info.source["chunked_prefill"] = f"{where} chunked_prefill_size {chunk}"
+        if _int(doc.get("max_prefill_tokens")) is not None:
+            info.max_num_batched_tokens = _int(doc.get("max_prefill_tokens"))
+            info.source["max_num_batched_tokens"] = f"{where} max_prefill_tokens"
+    if doc.get("version") is not None:
+        info.version, info.source["version"] = str(doc["version"]), f"{where} version"
+
+
+def read_tgi(info: EngineInfo, doc: dict[str, Any]) -> None:
+    """TGI's `/info` (router/src/lib.rs `struct Info`), old and new field names."""
+    where = "/info"
+    fields = {
+        "max_model_len": ("max_total_tokens",),
+        "max_prompt_tokens": ("max_input_tokens", "max_input_length"),
+        "kv_tokens": ("max_batch_total_tokens",),
+        "max_num_seqs": ("max_batch_size",),
+        "max_concurrent": ("max_concurrent_requests",),
+    }
+    for attr, keys in fields.items():
+        for key in keys:
+            value = _int(doc.get(key))
+            if value is not None:
+                setattr(info, attr, value)
+                info.source[attr] = f"{where} {key}"
+                break
+    if doc.get("version") is not None:
+        info.version, info.source["version"] = str(doc["version"]), f"{where} version"
+
+
+async def engine_info(
+    base: str, model: str | None, headers: dict[str, str], engine: str = "auto"
+) -> EngineInfo:
+    """The engine's self-description: `engine` (vllm | sglang | tgi | openai) or, with
+    `auto`, whichever of SGLang's /get_server_info, TGI's /info and vLLM's /version answers."""
     base = base.rstrip("/")
+    paths = {"models": "/v1/models", "metrics": "/metrics"}
+    if engine in ("auto", "sglang"):
+        paths["sglang"] = "/get_server_info"
+    if engine in ("auto", "tgi"):
+        paths["tgi"] = "/info"
+    if engine in ("auto", "vllm"):
+        paths["vllm"] = "/version"
     async with aiohttp.ClientSession() as session:
-        models = await _get(session, f"{base}/v1/models", headers)
-        metrics = await _get(session, f"{base}/metrics", headers)
-        version = await _get(session, f"{base}/version", headers)
+        got = await asyncio.gather(*(_get(session, base + p, headers) for p in paths.values()))
+    answers = dict(zip(paths, got, strict=True))
+    if engine == "auto":
+        kind, by = detect(answers.get("sglang"), answers.get("tgi"), answers.get("vllm"))
+    else:
+        kind, by = engine, "--engine"
+    models = answers["models"]
     listed = models.get("data") if isinstance(models, dict) else None
     entry = next(
         (
@@ -278,16 +445,25 @@ async def engine_info(base: str, model: str | None, headers: dict[str, str]) -> 
         ),
         None,
     )
+    described = answers.get(kind)
     if model is None:
-        if entry is None:
+        if entry is not None:
+            model = str(entry["id"])
+        elif kind == "tgi" and isinstance(described, dict) and described.get("model_id"):
+            model = str(described["model_id"])
+        else:
             raise ProbeError(f"{base}/v1/models lists no model; name one with --model")
-        model = str(entry["id"])
-    info = EngineInfo(model)
-    if isinstance(version, dict) and version.get("version") is not None:
-        info.version, info.source["version"] = str(version["version"]), "/version"
-    if entry is not None and isinstance(entry.get("max_model_len"), int):
-        info.max_model_len = int(entry["max_model_len"])
+    info = EngineInfo(model, kind=kind, detected_by=by)
+    if entry is not None and _int(entry.get("max_model_len")) is not None:
+        info.max_model_len = _int(entry["max_model_len"])
         info.source["max_model_len"] = "/v1/models"
+    if kind == "sglang" and isinstance(described, dict):
+        read_sglang(info, described)
+    elif kind == "tgi" and isinstance(described, dict):
+        read_tgi(info, described)
+    elif isinstance(described, dict) and described.get("version") is not None:
+        info.version, info.source["version"] = str(described["version"]), "/version"
+    metrics = answers["metrics"]
     labels = cache_config(metrics if isinstance(metrics, str) else "")
     for key in ("block_size", "num_gpu_blocks"):
         value = labels.get(key)
@@ -295,6 +471,30 @@ async def engine_info(base: str, model: str | None, headers: dict[str, str]) -> 
             setattr(info, key, int(value))
             info.source[key] = "/metrics cache_config_info"
     return info
+
+
+def apply_engine(design: ProbeDesign, info: EngineInfo, given: Collection[str] = ()) -> None:
+    """The engine's limits into the design, where no flag (`given`, by field name) set them:
+    the context length and the prompt cap always (a flag cannot make the engine take more);
+    max_num_seqs, the step budget and the KV cache unless a flag said. The decode batches
+    probed stop at PROBE_BATCH_FROM_ENGINE when only the engine gave max_num_seqs, and below
+    TGI's max_concurrent_requests (the mixed step adds one request)."""
+    if info.max_model_len:
+        design.max_model_len = info.max_model_len
+    if info.max_prompt_tokens:
+        design.max_prompt_tokens = info.max_prompt_tokens
+    if info.kv_cache_tokens and "kv_cache_tokens" not in given:
+        design.kv_cache_tokens = info.kv_cache_tokens
+    if info.max_num_batched_tokens and "max_num_batched_tokens" not in given:
+        design.max_num_batched_tokens = info.max_num_batched_tokens
+    if info.chunked_prefill is not None:
+        design.chunked_prefill = info.chunked_prefill
+    if info.max_num_seqs and "max_num_seqs" not in given:
+        design.max_num_seqs = info.max_num_seqs
+        design.probe_batch = min(info.max_num_seqs, PROBE_BATCH_FROM_ENGINE)
+    if info.max_concurrent:
+        design.probe_batch = max(1, min(design.probe_batch or design.max_num_seqs,
+                                        info.max_concurrent - 1))  # fmt: skip
 
 
 # ---------------------------------------------------------------- the experiment
@@ -352,7 +552,7 @@ async def one_round(
         for b in design.batches()
         if design.fits_kv(b, p, design.decode_tokens)
     ]
-    batch = max(1, min(design.mixed_batch, design.max_num_seqs - 1))
+    batch = max(1, min(design.mixed_batch, max(design.batches()) - 1))
     tokens = 3 * design.decode_tokens
     mixed = [
         min(n, design.longest_prompt())
@@ -568,20 +768,19 @@ def fit_form(raw: Sequence[Observation], form: str) -> Fit:
     )
 
 
-def profile_document(
-    result: ProbeResult, the_fit: Fit, name: str, max_num_seqs: int, step_tokens: int
-) -> dict[str, Any]:
-    """The profile YAML: the coefficients the simulator loads, the engine's limits, and a
+def profile_document(result: ProbeResult, the_fit: Fit, name: str) -> dict[str, Any]:
+    """The profile YAML: the coefficients the simulator loads, the engine's limits (as the
+    design resolved them: flags, then the engine's self-description, then defaults), and a
     `fit:` block (the loader ignores it) with the residuals, the raw probe data and the
     engine's description."""
     info, design = result.engine, result.design
-    kv = info.kv_cache_tokens or design.kv_cache_tokens
+    kv = design.kv_cache_tokens
     doc: dict[str, Any] = {"name": name, **the_fit.profile_fields(), "floor": 0.0}
     doc.update(
         kv_cache_tokens=int(kv) if kv else 100_000,
-        max_num_seqs=int(max_num_seqs),
-        max_num_batched_tokens=int(step_tokens),
-        chunked_prefill=True,
+        max_num_seqs=int(design.max_num_seqs),
+        max_num_batched_tokens=int(design.max_num_batched_tokens),
+        chunked_prefill=design.chunked_prefill,
         mixed_step=the_fit.form,
         source=f"fairbench profile of {info.model}"
         + (f" (engine {info.version})" if info.version else ""),
@@ -600,17 +799,26 @@ def profile_document(
         "probe_seconds": round(result.seconds, 1),
         "truncated_by_budget": result.truncated,
         "engine": {
+            "kind": info.kind,
+            "detected_by": info.detected_by,
             "model": info.model,
             "version": info.version,
             "max_model_len": info.max_model_len,
             "block_size": info.block_size,
             "num_gpu_blocks": info.num_gpu_blocks,
+            "kv_cache_tokens": info.kv_cache_tokens,
+            "max_num_seqs": info.max_num_seqs,
+            "max_num_batched_tokens": info.max_num_batched_tokens,
+            "chunked_prefill": info.chunked_prefill,
+            "max_prompt_tokens": info.max_prompt_tokens,
+            "max_concurrent_requests": info.max_concurrent,
             "read_from": dict(info.source),
         },
         "design": {
             "prefill_lengths": design.prefill_lengths(),
             "prefill_reps": design.prefill_reps,
             "decode_batches": design.batches(),
+            "longest_prompt": design.longest_prompt(),
             "decode_prompts": design.decode_prompts(),
             "decode_tokens": design.decode_tokens,
             "mixed_batch": design.mixed_batch,
@@ -621,10 +829,10 @@ def profile_document(
         "points": the_fit.residuals,
         "data": the_fit.raw,
     }
-    if not info.kv_cache_tokens and not design.kv_cache_tokens:
+    if not design.kv_cache_tokens:
         doc["fit"]["kv_cache_tokens_note"] = (
-            "the engine did not say (no vLLM cache_config_info); 100000 assumed: pass "
-            "--kv-cache-tokens"
+            "the engine did not say (vLLM's cache_config_info, SGLang's max_total_num_tokens, "
+            "TGI's max_batch_total_tokens); 100000 assumed: pass --kv-cache-tokens"
         )
     return doc
 
@@ -635,17 +843,17 @@ async def run_profile(
     design: ProbeDesign,
     headers: dict[str, str] | None = None,
     progress: Progress | None = None,
+    engine: str = "auto",
+    given: Collection[str] = (),
 ) -> tuple[ProbeResult, Fit]:
-    """Read the engine's description, run the experiment, fit. Raises ProbeError (one line)."""
+    """Read the engine's description (`engine`, or detected), fill the design's limits from it
+    where no flag (`given`) set them, run the experiment, fit. Raises ProbeError (one line)."""
     headers = dict(headers or {})
-    info = await engine_info(base, model, headers)
-    if info.max_model_len:
-        design.max_model_len = info.max_model_len
-    if info.kv_cache_tokens and design.kv_cache_tokens is None:
-        design.kv_cache_tokens = info.kv_cache_tokens
+    info = await engine_info(base, model, headers, engine)
+    apply_engine(design, info, given)
     started = time.monotonic()
     try:
-        async with Client(base, info.model, headers, design.seed) as client:
+        async with Client(base, info.model, headers, design.seed, info.kind) as client:
             obs, rounds, cut = await probe(client, design, progress)
     except (aiohttp.ClientError, TimeoutError) as error:
         raise ProbeError(f"{base}: the probe failed ({type(error).__name__}: {error})") from None
