@@ -63,7 +63,7 @@ BASE: dict[str, Any] = {
     ],
     "run": {"duration": "3s", "seed": 5, "grace": "20s", "timeout": "30s"},
     # this judges the gateway path, not this machine's load (tests/test_health.py does that)
-    "health": {"max_send_lag_p99": "10s", "min_rate_ratio": 0.5},
+    "health": {"max_send_lag_p99": "10s", "max_receive_error_p99": "10s", "min_rate_ratio": 0.5},
     "scheduler": {"policy": "vtc", "admission": {"max_queue_per_tenant": 500}},
     "target": {"kind": "reference", "upstreams": [{"url": "http://127.0.0.1:8000"}]},
 }

@@ -41,9 +41,10 @@ def scenario(tmp_path: Path, rate: str = "30/s", duration: str = "3s") -> Path:
         ],
         "run": {"duration": duration, "seed": 5, "grace": "5s", "timeout": "20s"},
         # the machine running the suite is shared and small: judge the plumbing, not its load
+        # (beside a CPU-bound process two actors sent 2 s late; tests/test_health.py judges lag)
         "health": {
-            "max_send_lag_p99": "250ms",
-            "max_receive_error_p99": "250ms",
+            "max_send_lag_p99": "10s",
+            "max_receive_error_p99": "10s",
             "min_rate_ratio": 0.5,
         },
         "target": {"kind": "reference"},
