@@ -17,21 +17,19 @@ Each rate runs `--repeats` pairs (default 3), interleaved: (direct, gateway), (g
 direct), ..., so a drift in the machine's speed hits both arms alike. One pair is not enough:
 a hiccup in one run is the whole difference (at 500 req/s on the loaded development machine a
 direct run's p99 was once 71 ms beside the gateway run's 5 ms, so "added p99" read -66 ms and
-the rate counted as sustained). The gateway is one more hop in front of the same upstream and
-cannot make a request faster, so a pair whose added p50 or p99 is below -`--noise-ms` (default
-0.1 ms) is discarded, and the output says which pair and why: its direct run was the disturbed
-one.
+the rate counted as sustained). Every pair counts — dropping only the pairs where the gateway
+looks faster would bias the added figures upwards — and the answer is the median over pairs of
+the paired differences, which one disturbed run (in either arm) cannot move.
 
-Printed per rate: the pairs kept; TTFT p50/p99 direct and through the gateway (medians over
-every pair); the added p50 and p99 (median [min, max] over the kept pairs) and the ratio to
-direct (median over them); the gateway's CPU per request (median over the pairs). A rate is
-sustained when every request of every run was answered, more than half of its pairs were kept,
-and the median added p99 over them is within 1 ms; the verdict is the highest such rate (every
-rate is run unless the gateway drops requests). On a machine shared with other work the
-absolute numbers move.
+Printed per rate: TTFT p50/p99 direct and through the gateway (medians over the pairs); the
+added p50 and p99 (median [min, max] over the pairs) and the ratio to direct (median); the
+gateway's CPU per request (median over the pairs). A rate is sustained when every request of
+every run was answered and the median added p99 is within 1 ms; the verdict is the highest
+such rate (every rate is run unless the gateway drops requests). On a machine shared with
+other work the absolute numbers move.
 
     python benchmarks/bench_gateway.py [--seconds 4] [--rates 50,100,200,400,800] [--tokens 16]
-        [--repeats 3] [--noise-ms 0.1]
+        [--repeats 3]
 """
 
 from __future__ import annotations
@@ -191,27 +189,21 @@ class Pair:
     ok_direct: float  # share of requests that ended ok
     ok_gateway: float
 
+    def _quantiles(self) -> tuple[float, float, float, float]:
+        """Direct and gateway TTFT p50, p99 (NaN for an arm with no ok request)."""
+        nan = (math.nan, math.nan)
+        d50, d99 = np.percentile(self.direct, [50, 99]) if len(self.direct) else nan
+        g50, g99 = np.percentile(self.through, [50, 99]) if len(self.through) else nan
+        return float(d50), float(d99), float(g50), float(g99)
+
     def added(self) -> tuple[float, float]:
         """Added TTFT p50 and p99 (gateway minus direct), ms."""
-        d50, d99 = np.percentile(self.direct, [50, 99])
-        g50, g99 = np.percentile(self.through, [50, 99])
-        return float(g50 - d50), float(g99 - d99)
+        d50, d99, g50, g99 = self._quantiles()
+        return g50 - d50, g99 - d99
 
     def ratio(self) -> tuple[float, float]:
-        d50, d99 = np.percentile(self.direct, [50, 99])
-        g50, g99 = np.percentile(self.through, [50, 99])
-        return float(g50 / d50), float(g99 / d99)
-
-    def discarded(self, noise_ms: float) -> str:
-        """Why this pair says nothing about the gateway ('' when it counts). The gateway is one
-        more hop in front of the same upstream: it cannot make a request faster, so an added
-        figure below -noise_ms means the *direct* run was the disturbed one (a neighbour's
-        burst, a GC pause), and the difference measures that hiccup, not the gateway."""
-        a50, a99 = self.added()
-        low = [f"{name} {v:+.2f} ms" for name, v in (("p50", a50), ("p99", a99)) if v < -noise_ms]
-        if low:
-            return f"added {', '.join(low)} < -{noise_ms:g} ms: the direct run was the slower one"
-        return ""
+        d50, d99, g50, g99 = self._quantiles()
+        return g50 / d50, g99 / d99
 
 
 def spread(values: list[float], fmt: str = "{:+.2f}") -> str:
@@ -237,12 +229,6 @@ def main() -> None:
         help="pairs per rate, interleaved (direct, gateway), (gateway, direct), ...",
     )
     parser.add_argument(
-        "--noise-ms",
-        type=float,
-        default=0.1,
-        help="an added figure below minus this discards its pair (the direct run was disturbed)",
-    )
-    parser.add_argument(
         "--no-pin", action="store_true", help="leave every process on every core (a busy host)"
     )
     parser.add_argument("--upstream", action="store_true", help=argparse.SUPPRESS)
@@ -253,8 +239,6 @@ def main() -> None:
     problems = []
     if args.repeats < 1:
         problems.append(f"--repeats {args.repeats}: give 1 or more pairs per rate")
-    if args.noise_ms < 0:
-        problems.append(f"--noise-ms {args.noise_ms:g}: give 0 or more")
     if args.seconds <= 0:
         problems.append(f"--seconds {args.seconds:g}: give a duration > 0")
     try:
@@ -298,36 +282,21 @@ def main() -> None:
                 pairs.append(
                     Pair(got["direct"][0], got["gateway"][0], got["direct"][1], got["gateway"][1])
                 )
-            kept = []
-            for k, pair in enumerate(pairs):
-                why = pair.discarded(args.noise_ms)
-                if why:
-                    notes.append(f"{rate:g} req/s, pair {k + 1}: discarded, {why}")
-                else:
-                    kept.append(pair)
-            added = [p.added() for p in kept]
-            ratios = [p.ratio() for p in kept]
-            # a rate passes with every request answered in every run, a majority of its pairs
-            # kept and the median added p99 over them within 1 ms: the pairs discarded for a
-            # disturbed direct run never make a rate pass
+            added = [p.added() for p in pairs]
+            ratios = [p.ratio() for p in pairs]
+            # every pair counts (dropping those where the gateway looks faster would bias the
+            # figures up); the median of the paired differences is what one hiccup cannot move
             answered = all(p.ok_direct == 1.0 and p.ok_gateway == 1.0 for p in pairs)
-            enough = 2 * len(kept) > len(pairs)
-            good = answered and enough and float(np.median([a[1] for a in added])) <= 1.0
-            if not enough:
-                notes.append(
-                    f"{rate:g} req/s: {len(kept)} of {len(pairs)} pairs kept, too few for a "
-                    "verdict (not counted as a pass)"
-                )
+            good = answered and float(np.median([a[1] for a in added])) <= 1.0
             if not answered:
                 notes.append(f"{rate:g} req/s: unanswered requests (not counted as a pass)")
             ok_shares = [min(p.ok_direct for p in pairs), min(p.ok_gateway for p in pairs)]
             median = lambda xs: float(np.median(xs)) if xs else math.nan  # noqa: E731
-            direct = [np.percentile(p.direct, [50, 99]) for p in pairs]
-            through = [np.percentile(p.through, [50, 99]) for p in pairs]
+            direct = [p._quantiles()[:2] for p in pairs]
+            through = [p._quantiles()[2:] for p in pairs]
             rows.append(
                 [
                     f"{rate:g}",
-                    f"{len(kept)}/{len(pairs)}",
                     "{:.2f} / {:.2f}".format(*np.median(direct, axis=0)),
                     "{:.2f} / {:.2f}".format(*np.median(through, axis=0)),
                     spread([a[0] for a in added]),
@@ -351,12 +320,11 @@ def main() -> None:
         escape(
             f"gateway on {'one core' if pinned else 'a shared core'} vs direct: TTFT ms "
             f"({args.tokens} tokens, {args.gap_ms:g} ms apart), {args.repeats} interleaved "
-            "pairs per rate; medians over the pairs, added as median [min, max] over the kept "
-            "pairs"
+            "pairs per rate; medians over the pairs, added as median [min, max] of the paired "
+            "differences"
         ),
         [
             "req/s",
-            "pairs kept",
             "direct p50 / p99",
             "gateway p50 / p99",
             "added p50",

@@ -36,7 +36,15 @@ import pytest
 import yaml
 from aiohttp import web
 
-from fairbench.targets.profile import EngineInfo, ProbeError, engine_info, read_sglang, read_tgi
+from fairbench.targets.profile import (
+    EngineInfo,
+    ProbeDesign,
+    ProbeError,
+    apply_engine,
+    engine_info,
+    read_sglang,
+    read_tgi,
+)
 from tests.cli import run_cli
 from tests.loopback import serve, serve_in_thread
 from tests.test_profile_probe import TRUTH, known_server
@@ -279,6 +287,15 @@ def test_tgi_v3_info_and_sglang_without_chunking() -> None:
     read_tgi(info, {**v3, "version": "3.3.6"})
     assert info.kv_cache_tokens is None and info.max_model_len == 3072
     assert info.max_prompt_tokens == 2500 and info.version == "3.3.6"
+    # no max_batch_size: TGI batches by tokens up to max_concurrent_requests, which becomes
+    # the profile's max_num_seqs (not the flag's default of 8), unless a flag says otherwise
+    design = ProbeDesign(max_model_len=2048, max_num_seqs=8, max_num_batched_tokens=2048)
+    apply_engine(design, info)
+    assert design.max_num_seqs == TGI_INFO["max_concurrent_requests"]
+    assert "max_concurrent_requests" in info.source["max_num_seqs"]
+    flagged = ProbeDesign(max_model_len=2048, max_num_seqs=3, max_num_batched_tokens=2048)
+    apply_engine(flagged, info, given={"max_num_seqs"})
+    assert flagged.max_num_seqs == 3
     old = EngineInfo("m", kind="tgi")
     read_tgi(old, {"max_input_length": 1000, "max_total_tokens": 2048, "max_batch_size": 16})
     assert (old.max_prompt_tokens, old.max_num_seqs) == (1000, 16)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -140,3 +141,19 @@ def test_a_bad_chunk_size_after_good_chunks_keeps_their_tokens_and_fails_the_str
     out, _ = _replay(first_two + token + b"zz\r\n", [])
     assert (out.status, out.kind) == ("error", "bad_stream")
     assert out.chunks == 1 and out.t_first_token == 1000
+
+
+@pytest.mark.parametrize("size", [b"-6", b"+1", b"0x10", b"1_0", b"", b" ", b"g"])
+def test_a_size_that_is_not_hex_digits_fails_the_stream_and_never_hangs(size: bytes) -> None:
+    # int(b"-6", 16) is -6: a parser that took it stepped back onto the same line for ever
+    head = BODY[: BODY.index(b"\r\n\r\n") + 4]
+    out, _ = _replay(head + size + b"\r\nxxxxxxxxxxxxxxxx\r\n0\r\n\r\n", [])
+    assert (out.status, out.kind) == ("error", "bad_stream")
+    assert "bad chunk size" in (out.detail or "")
+
+
+def test_a_size_line_without_an_end_is_refused_not_buffered() -> None:
+    head = BODY[: BODY.index(b"\r\n\r\n") + 4]
+    out, _ = _replay(head + b"1" * 2000, [len(head) + 500, len(head) + 1200])
+    assert (out.status, out.kind) == ("error", "bad_stream")
+    assert "size line" in (out.detail or "")

@@ -82,6 +82,7 @@ def test_the_simulation_replays_the_live_plan(simulated: tuple[Path, str]) -> No
     assert sim["generator_health"]["virtual_time"] is True
     assert sim["accounting"]["planned"] == live["accounting"]["planned"] > 0
     assert f"simulated: {run / 'sim'}" in stdout and "the live run's" in stdout
+    assert "is not the live run's" not in stdout
 
 
 def test_fidelity_files_are_those_of_the_fidelity_command(
@@ -200,8 +201,31 @@ def test_engines_without_a_mode_get_vllms_and_the_line_says_so(tmp_path: Path) -
     doc["target"] = {"kind": "sglang", "base_url": "http://127.0.0.1:9",
                      "priority": {"by": "tenant", "values": {"chat": 5, "flood": 1}}}  # fmt: skip
     twin = twin_of(doc, tmp_path)
-    assert twin.scn.slo_classes["interactive"].priority == 5
-    assert twin.scn.slo_classes["batch"].priority == 1
+    # SGLang runs higher values first, the simulated vLLM lower first: the order is kept
+    assert twin.scn.slo_classes["interactive"].priority == -5
+    assert twin.scn.slo_classes["batch"].priority == -1
+    # a class no tenant was sent a priority for ranks at the engines' default, 0
+    doc["target"]["priority"] = {"by": "tenant", "values": {"chat": 5}}
+    twin = twin_of(doc, tmp_path)
+    assert twin.scn.slo_classes["batch"].priority == 0
+    doc["target"]["priority"] = {"by": "tenant", "values": {"chat": 5, "flood": 1}}
     doc["tenants"][1]["slo_class"] = "interactive"  # one class, two values: say which
     with pytest.raises(UsageFailure, match=r"slo_classes\.interactive\.priority"):
+        twin_of(doc, tmp_path)
+
+
+def test_classes_rank_as_the_live_engine_saw_them(tmp_path: Path) -> None:
+    # no target.priority: vLLM got no priority field, so every class ranks at 0 in the twin,
+    # whatever the scenario's own class priorities say (those are the reference scheduler's)
+    doc = vllm_doc(policy="priority")
+    del doc["target"]["priority"]
+    doc["slo_classes"] = {"interactive": {"ttft": "300ms", "priority": 0},
+                          "batch": {"ttft": "10s", "priority": 1}}  # fmt: skip
+    twin = twin_of(doc, tmp_path)
+    assert {n: c.priority for n, c in twin.scn.slo_classes.items()} == {
+        "interactive": 0, "batch": 0,
+    }  # fmt: skip
+    # a priority hidden in an extra body is not modelled: refused, with the way out
+    doc["target"]["class_extra_body"] = {"batch": {"priority": 3}}
+    with pytest.raises(UsageFailure, match=r"class_extra_body\.batch sends a priority"):
         twin_of(doc, tmp_path)

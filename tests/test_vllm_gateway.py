@@ -26,11 +26,14 @@ What must hold:
   budget in flight (a policy can cost capacity only by idling the engine);
 - compare's verdict on `ttft_p99.tenant.chat` is `better` for VTC over FIFO, and for DWRR over
   FIFO, and compare's printed table shows that verdict on the row;
-- output throughput (the summary's: output tokens of the window's requests that ended ok ÷ the
-  window) of VTC and of DWRR within 5% of FIFO's on every seed. Tokens over the makespan (what
-  the engine did per second, drain included) are printed, not asserted: on a shared two-core
-  box the one-core engine's speed moves between runs with the neighbours' load, which is no
-  policy's doing.
+- capacity: the issue asks that total output throughput stay within 5% of FIFO's. The
+  summary's figure (output tokens of the window's ok requests ÷ the window) cannot tell: with
+  every request ending ok it counts what was asked, the same under any policy. What a policy
+  can cost is engine time left idle, so that is what is asserted — work conservation, above,
+  on every scrape of every run. Tokens over the makespan (what the engine did per second,
+  drain included) are printed, not asserted: on a shared two-core box the one-core engine's
+  speed moved from 155 to 318 tokens/s between runs with the neighbours' load, which is no
+  policy's doing and swamps a 5% bound.
 
 Why DWRR is expected to win too: the tenants' weights are equal (the default 1), and DWRR's
 quantum is 1,024 tokens of cost (prompt + max_tokens; reference_scheduler/policies/dwrr.py).
@@ -194,7 +197,6 @@ def test_vtc_and_dwrr_at_the_gateway_protect_the_polite_tenant_on_vllm(
             check_run(run_dir(out, policy, seed))
     for policy in CHALLENGERS:
         check_verdict(out, policy)
-    check_throughput(out)
 
 
 def starved_scrapes(metrics: pd.DataFrame, max_inflight: int) -> int:
@@ -262,14 +264,3 @@ def check_verdict(out: Path, policy: str) -> None:
     assert table.returncode == 0, (table.stdout[-3000:], table.stderr[-3000:])
     shown = [line for line in table.stdout.splitlines() if f"{ROW} " in line]
     assert shown and "better" in shown[0], table.stdout  # what compare prints
-
-
-def check_throughput(out: Path) -> None:
-    """The summary's output throughput (output tokens of the window's ok requests ÷ the window)
-    of each challenger within 5% of FIFO's on the same plan."""
-    for seed, _ in SCHEDULE:
-        fifo = summary_of(run_dir(out, BASELINE, seed))["overall"]["throughput"]
-        for policy in CHALLENGERS:
-            other = summary_of(run_dir(out, policy, seed))["overall"]["throughput"]
-            a, b = fifo["output_tokens_per_s"], other["output_tokens_per_s"]
-            assert abs(b - a) <= 0.05 * a, (seed, policy, a, b)

@@ -111,26 +111,42 @@ def _profile_spec(text: str) -> str:
 
 
 def _class_priorities(scn: Scenario) -> dict[str, int]:
-    """Each SLO class's priority as the live engine received it (`target.priority`): the
-    simulated vLLM ranks a request by its class's `priority`, so the numbers the live target
-    sent go to the classes (the plan does not change: it names classes, not their fields)."""
-    spec = scn.target.priority
+    """Each SLO class's priority as the live engine received it, for every class: the
+    simulated vLLM ranks a request by its class's `priority`, so the number the live target
+    sent (`target.priority`) goes to each class, and 0 — the engines' default when a request
+    carries none — to a class that was sent nothing. The plan does not change: it names
+    classes, not their fields.
+
+    SGLang runs *higher* values first (unless started with
+    `--schedule-low-priority-values-first`), the simulated vLLM lower first, so SGLang's values
+    are negated; `--simulate-set slo_classes.NAME.priority=N` says otherwise. A `priority` sent
+    through `extra_body` / `class_extra_body` is not modelled and is refused."""
+    target = scn.target
+    for where, body in [("target.extra_body", target.extra_body)] + [
+        (f"target.class_extra_body.{name}", b) for name, b in target.class_extra_body.items()
+    ]:
+        if "priority" in body:
+            raise UsageFailure(
+                f"--simulate: {where} sends a priority the simulation cannot read; use "
+                "target.priority (by slo_class or tenant) instead, or give --simulate-set "
+                "slo_classes.NAME.priority=N for each class"
+            )
+    sign = -1 if target.kind == "sglang" else 1
+    spec = target.priority
+    out = dict.fromkeys(scn.slo_classes, 0)
     if spec is None:
-        return {}
+        return out
     if spec.by == "slo_class":
-        out = {}
-        for name, cls in scn.slo_classes.items():
+        for name in scn.slo_classes:
             value = spec.values.get(name, spec.default)
-            out[name] = cls.priority if value is None else value
+            out[name] = 0 if value is None else sign * value
         return out
     sent: dict[str, dict[int, str]] = {}
     for tenant in scn.tenants:
         value = spec.values.get(tenant.id, spec.default)
-        if value is None:
-            continue
+        value = 0 if value is None else value
         for workload in scn.mix_of(tenant):
             sent.setdefault(scn.slo_class_of(tenant, workload), {})[value] = tenant.id
-    out = {}
     for name, values in sent.items():
         if len(values) > 1:
             who = ", ".join(f"{t} {v}" for v, t in sorted(values.items()))
@@ -139,7 +155,7 @@ def _class_priorities(scn: Scenario) -> dict[str, int]:
                 f"different priorities ({who}); the simulated vLLM ranks by SLO class: give "
                 f"--simulate-set slo_classes.{name}.priority=N (or one class per tenant)"
             )
-        out[name] = next(iter(values))
+        out[name] = sign * next(iter(values))
     return out
 
 
@@ -186,16 +202,15 @@ def simulated_scenario(
         block = {"engine": "vllm", "policy": policy, "profile": spec}
         block.update({k: scn.scheduler[k] for k in VLLM_LIMITS if k in scn.scheduler})
         ranks = _class_priorities(scn)
-        if ranks:
-            classes = data.get("slo_classes")
-            if not isinstance(classes, dict):
-                classes = {
-                    name: cls.model_dump(exclude_none=True) for name, cls in scn.slo_classes.items()
-                }
-                data["slo_classes"] = classes
-            for name, value in ranks.items():
-                if isinstance(classes.get(name), dict):
-                    classes[name]["priority"] = value
+        classes = data.get("slo_classes")
+        if not isinstance(classes, dict):
+            classes = {
+                name: cls.model_dump(exclude_none=True) for name, cls in scn.slo_classes.items()
+            }
+            data["slo_classes"] = classes
+        for name, value in ranks.items():
+            if isinstance(classes.get(name), dict):
+                classes[name]["priority"] = value
     data["target"] = {"kind": "sim"}
     data["scheduler"] = block
     items = list(overrides or [])
@@ -210,16 +225,16 @@ def simulated_scenario(
             f"--simulate-set {' '.join(items)}: the simulated scenario's target must stay sim "
             "(the live run is the scenario's own target)"
         )
-    if items:
-        from fairbench.plan.materialize import materialize
+    from fairbench.plan.materialize import materialize
 
-        live, twin = materialize(scn, seed).digest, materialize(sim, seed).digest
-        if live != twin:
-            raise UsageFailure(
-                f"--simulate-set {' '.join(items)}: changes the plan ({twin[:19]}… against the "
-                f"live {live[:19]}…); --simulate-set may change the engine (scheduler.*, "
-                "slo_classes.*.priority), not the workload, tenants or run"
-            )
+    live, twin = materialize(scn, seed).digest, materialize(sim, seed).digest
+    if live != twin:  # checked before the live run starts, so nothing is spent on it
+        what = f"--simulate-set {' '.join(items)}" if items else f"--simulate {profile}"
+        raise UsageFailure(
+            f"{what}: changes the plan ({twin[:19]}… against the live {live[:19]}…); "
+            "--simulate-set may change the engine (scheduler.*, slo_classes.*.priority), not "
+            "the workload, tenants or run"
+        )
     shown = {k: v for k, v in sim_doc["scheduler"].items() if k != "profile"}
     shown = {**shown, "profile": profile}
     how = yaml.safe_dump(shown, default_flow_style=True, sort_keys=False, width=10**6).strip()

@@ -107,6 +107,21 @@ def verdict_lines(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _ended_early(run_dir: Path) -> int:
+    """How many ok live requests produced fewer tokens than they asked for."""
+    import pandas as pd
+
+    records = pd.read_parquet(run_dir / "records.parquet", columns=["status", "output_tokens",
+                                                                      "max_tokens"])  # fmt: skip
+    ok = records[records["status"] == "ok"]
+    return int((ok["output_tokens"] < ok["max_tokens"]).sum())
+
+
+class SimulationMismatch(Exception):
+    """The simulated twin replayed another plan than the live run (never expected: the digests
+    are compared before the live run starts); exit 1."""
+
+
 def simulate_and_compare(
     run_dir: Path, summary: dict[str, Any], twin: Simulation, seed: int | None, quiet: bool
 ) -> list[str]:
@@ -125,13 +140,24 @@ def simulate_and_compare(
     sim = run_scenario(twin.scn, RunOptions(out=sim_dir, seed=seed, workers=1))
     write_run_report(sim.run_dir)
     digest = str(sim.summary.get("plan_digest", ""))
-    same = "the live run's" if digest == summary.get("plan_digest") else "NOT the live run's"
-    lines = [f"simulated: {sim_dir} ({twin.line}); plan {digest[:19]}…, {same}"]
+    if digest != summary.get("plan_digest"):  # checked before the live run: this is a bug
+        raise SimulationMismatch(
+            f"simulated: {sim_dir}: its plan {digest[:19]}… is not the live run's "
+            f"{str(summary.get('plan_digest'))[:19]}…; fidelity not measured"
+        )
+    lines = [f"simulated: {sim_dir} ({twin.line}); plan {digest[:19]}…, the live run's"]
     try:
         fid, written = measure_fidelity(run_dir, sim_dir)
     except FidelityRefused as error:
         return [*lines, f"fidelity not measured: {error}"]
     lines.append(f"fidelity (sim vs live): {mape_line(fid)}")
+    short = _ended_early(run_dir)
+    if short:
+        lines.append(
+            f"note: {short} live requests ended before their max_tokens (EOS or a stop; the "
+            "engine may not honour ignore_eos), the simulated ones ran to it: output-length "
+            "figures differ for that reason, not the simulator's speed"
+        )
     lines.append("wrote " + ", ".join(str(p) for p in written))
     return lines
 
@@ -270,7 +296,11 @@ def register(app: typer.Typer) -> None:
                 out.print(line, highlight=False)
             out.print(f"run directory: {outcome.run_dir}", markup=False, highlight=False)
         if twin is not None and not outcome.stopped:
-            lines = simulate_and_compare(outcome.run_dir, summary, twin, seed, quiet)
+            try:
+                lines = simulate_and_compare(outcome.run_dir, summary, twin, seed, quiet)
+            except SimulationMismatch as error:
+                console.print(str(error), markup=False, highlight=False, soft_wrap=True)
+                raise typer.Exit(1) from None
             for line in lines:  # stdout is the summary's JSON alone with --json
                 (console if as_json else out).print(
                     line, markup=False, highlight=False, soft_wrap=True

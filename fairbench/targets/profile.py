@@ -492,6 +492,13 @@ def apply_engine(design: ProbeDesign, info: EngineInfo, given: Collection[str] =
     if info.max_num_seqs and "max_num_seqs" not in given:
         design.max_num_seqs = info.max_num_seqs
         design.probe_batch = min(info.max_num_seqs, PROBE_BATCH_FROM_ENGINE)
+    elif info.max_concurrent and "max_num_seqs" not in given:
+        # TGI without max_batch_size (null on 2.2, gone from the v3 router) batches by tokens
+        # up to the router's limit on requests in flight: that, not the flag's default of 8, is
+        # the concurrency the simulated engine may reach
+        design.max_num_seqs = info.max_concurrent
+        design.probe_batch = min(info.max_concurrent, PROBE_BATCH_FROM_ENGINE)
+        info.source["max_num_seqs"] = "/info max_concurrent_requests (no max_batch_size)"
     if info.max_concurrent:
         design.probe_batch = max(1, min(design.probe_batch or design.max_num_seqs,
                                         info.max_concurrent - 1))  # fmt: skip

@@ -35,6 +35,8 @@ now_ns = time.perf_counter_ns
 _MAX_BODY = 16 << 20
 _MAX_ERROR_BODY = 2048
 _MAX_HEAD = 64 << 10
+_MAX_SIZE_LINE = 1024  # a chunk size line with extensions; longer is a broken stream
+_HEX = b"0123456789abcdefABCDEF"
 
 
 class Outcome:
@@ -226,15 +228,19 @@ class _Response:
             if left == -1:  # a size line
                 end = buf.find(b"\r\n", pos)
                 if end < 0:
+                    if n - pos > _MAX_SIZE_LINE:  # no size line is this long: a broken stream
+                        self._deliver(parts, t)
+                        self._bad(f"chunk size line over {_MAX_SIZE_LINE} bytes")
+                        return
                     break
                 size_text = buf[pos:end].split(b";", 1)[0].strip()
-                try:
-                    size = int(size_text, 16)
-                except ValueError:
+                # hex digits only: int(.., 16) would also take "-6", "+1", "0x10" and "1_0", and
+                # a negative size would send the parser back to this line for ever
+                if not size_text or size_text.strip(_HEX) or len(size_text) > 15:
                     self._deliver(parts, t)
-                    self.outcome.fail("bad_stream", f"bad chunk size {size_text[:20]!r}")
-                    self.done = self.close_after = True
+                    self._bad(f"bad chunk size {size_text[:20]!r}")
                     return
+                size = int(size_text, 16)
                 if size == 0:
                     self._deliver(parts, t)
                     self._buf = b""
@@ -265,6 +271,10 @@ class _Response:
                 self._chunk_left = -1
         self._buf = buf[pos:]
         self._deliver(parts, t)
+
+    def _bad(self, detail: str) -> None:
+        self.outcome.fail("bad_stream", detail)
+        self.done = self.close_after = True
 
     def _deliver(self, parts: list[bytes], t: int) -> None:
         if parts and not self.done:
