@@ -31,7 +31,9 @@ from tests.cli import run_cli
 NODES = ("fb_node_a", "fb_node_b")
 
 
-def scenario(tmp_path: Path, rate: str = "30/s", duration: str = "3s") -> Path:
+def scenario(
+    tmp_path: Path, rate: str = "30/s", duration: str = "3s", lag_budget: str = "10s"
+) -> Path:
     data = {
         "name": "ray-e2e",
         "workloads": {"chat": {"endpoint": "chat", "prompt_tokens": 40, "output_tokens": 8}},
@@ -43,7 +45,7 @@ def scenario(tmp_path: Path, rate: str = "30/s", duration: str = "3s") -> Path:
         # the machine running the suite is shared and small: judge the plumbing, not its load
         # (beside a CPU-bound process two actors sent 2 s late; tests/test_health.py judges lag)
         "health": {
-            "max_send_lag_p99": "10s",
+            "max_send_lag_p99": lag_budget,
             "max_receive_error_p99": "10s",
             "min_rate_ratio": 0.5,
         },
@@ -104,7 +106,8 @@ def test_a_significant_drift_is_corrected_linearly_and_noise_is_left_alone() -> 
 def test_a_clock_bound_past_the_send_lag_budget_makes_the_run_invalid_naming_the_actor(
     tmp_path: Path,
 ) -> None:
-    scn = parse_scenario(yaml.safe_load(scenario(tmp_path).read_text()))  # budget 250 ms
+    doc = yaml.safe_load(scenario(tmp_path, lag_budget="250ms").read_text())
+    scn = parse_scenario(doc)
     tight = ActorRun(0, None, node={"hostname": "gen-a"})
     tight.before = tight.after = ClockOffset(0, 1_000_000, 2_000_000, 40, 5)
     loose = ActorRun(1, None, node={"hostname": "gen-b"})
