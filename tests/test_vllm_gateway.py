@@ -23,7 +23,9 @@ What must hold:
   rejected + cancelled, no request missing or twice, records.parquet holds one row per planned
   request) and ended ok; the gateway's /metrics were scraped, its queue was not empty
   (otherwise the policy decided nothing), and whenever it held a queue the engine had its full
-  budget in flight (a policy can cost capacity only by idling the engine);
+  budget in flight or had said it was full itself (its scraped waiting queue, KV use or a stale
+  scrape: the gateway then holds back by design) — a policy can cost capacity only by idling
+  the engine;
 - compare's verdict on `ttft_p99.tenant.chat` is `better` for VTC over FIFO, and for DWRR over
   FIFO, and compare's printed table shows that verdict on the row;
 - capacity: the issue asks that total output throughput stay within 5% of FIFO's. The
@@ -199,16 +201,23 @@ def test_vtc_and_dwrr_at_the_gateway_protect_the_polite_tenant_on_vllm(
         check_verdict(out, policy)
 
 
-def starved_scrapes(metrics: pd.DataFrame, max_inflight: int) -> int:
-    """Scrapes at which the gateway held a queue while its upstream had a free slot: capacity a
-    policy would have cost (the only way it can: the engine's own speed is not the policy's)."""
+def starved_scrapes(metrics: pd.DataFrame, max_inflight: int) -> tuple[int, int]:
+    """Scrapes at which the gateway held a queue while its upstream had a free slot and was not
+    saturated by its own account: capacity a policy would have cost (the only way it can: the
+    engine's own speed is not the policy's). Also returned: the scrapes at which the upstream
+    was saturated (its scraped waiting queue or KV use, or a scrape of it too old — by design
+    the gateway then holds requests back, whatever the policy; on the loaded box a stale vLLM
+    scrape once held one slot free in FIFO's third run)."""
     by_scrape = {
         name: metrics[metrics["metric"] == name].groupby("t_ns")["value"].sum()
-        for name in ("scheduler_queue_depth", "gateway_inflight")
+        for name in ("scheduler_queue_depth", "gateway_inflight", "gateway_upstream_saturated")
     }
-    both = pd.concat(by_scrape, axis=1).dropna()
-    held = both[both["scheduler_queue_depth"] > 0]
-    return int((held["gateway_inflight"] < max_inflight).sum())
+    both = pd.concat(by_scrape, axis=1)
+    both["gateway_upstream_saturated"] = both["gateway_upstream_saturated"].fillna(0)
+    both = both.dropna()
+    held = both[(both["scheduler_queue_depth"] > 0) & (both["gateway_inflight"] < max_inflight)]
+    saturated = held["gateway_upstream_saturated"] > 0
+    return int((~saturated).sum()), int(saturated.sum())
 
 
 def check_run(run: Path) -> None:
@@ -231,15 +240,18 @@ def check_run(run: Path) -> None:
     # the last scrape is up to one interval before the end: it may miss the last few
     dispatched = sm.histogram_run(metrics, "gateway_dispatch_wait_seconds")
     assert dispatched is not None and 0 < dispatched["count"] <= planned, (run.name, dispatched)
-    # work-conserving under every policy: a queue at the gateway means a full engine
-    assert starved_scrapes(metrics, MAX_INFLIGHT) == 0, run.name
+    # work-conserving under every policy: a queue at the gateway means a full engine, unless
+    # the engine said it was full itself (then holding back is the gateway's design)
+    starved, held_back = starved_scrapes(metrics, MAX_INFLIGHT)
+    assert starved == 0, run.name
     _, engine_waiting = sm.gauge(metrics, "gateway_upstream_waiting")  # vLLM's own queue
     ttft = summary["tenants"][POLITE]["latency_ms"]["ttft"]
     sys.stderr.write(
         f"{run.name}: polite TTFT p50/p99 ms {ttft['p50']:.0f}/{ttft['p99']:.0f}; output tok/s "
         f"{summary['overall']['throughput']['output_tokens_per_s']:.1f} (makespan "
         f"{makespan_tokens_per_s(run):.1f}); gateway queue max {queued.max():.0f}, vLLM waiting "
-        f"max {engine_waiting.max():.0f}\n"
+        f"max {engine_waiting.max():.0f}; scrapes held back by the engine's own saturation "
+        f"{held_back}\n"
     )
 
 
