@@ -258,9 +258,10 @@ def test_tgi_is_detected_and_its_self_description_read(
     assert engine["max_model_len"] == 3072  # max_total_tokens
     assert engine["max_prompt_tokens"] == 2500  # max_input_tokens
     assert engine["max_concurrent_requests"] == 7
-    # max_batch_size null: max_num_seqs is the flag's default; the decode batches stay below
-    # the router's 7 requests in flight (the mixed step adds one)
-    assert doc["max_num_seqs"] == 8 and doc["fit"]["design"]["decode_batches"][-1] == 6
+    # max_batch_size null: TGI batches by tokens up to the router's 7 requests in flight, so
+    # that is max_num_seqs (not the flag's default of 8); the decode batches stay below it (the
+    # mixed step adds one)
+    assert doc["max_num_seqs"] == 7 and doc["fit"]["design"]["decode_batches"][-1] == 6
     # the bodies TGI reads: model "tgi" (another name is a LoRA adapter id), no vLLM extras
     assert bodies and all(b["model"] == "tgi" and b["stream"] is True for b in bodies)
     assert not any({"ignore_eos", "min_tokens", "stream_options"} & set(b) for b in bodies)
