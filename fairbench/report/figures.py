@@ -367,6 +367,7 @@ def arm_cdfs(
     """One latency's CDF per group (`by`), one line style per arm (A/B, real/sim), one colour
     per group across the arms: the A/B and fidelity pages' overlay."""
     fig = go.Figure()
+    palette = colors.by(by)
     for arm, df in frames.items():
         for name, (x, y) in series.latency_cdfs(df, by)[metric].items():
             fig.add_trace(
@@ -376,7 +377,7 @@ def arm_cdfs(
                     name=f"{arm}: {prefix} {name}",
                     mode="lines",
                     legendgroup=str(name),
-                    line={"dash": dashes[arm], "color": colors.by(by).get(name)},
+                    line={"dash": dashes[arm], "color": palette.get(name)},
                 )
             )
     fig.update_layout(
