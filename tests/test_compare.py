@@ -63,6 +63,30 @@ def test_refuses_runs_of_different_plans_and_says_which(tmp_path: Path) -> None:
         compare_scenario_pairs([(ra, rb)], scn, resamples=100)
 
 
+def test_repeats_of_one_plan_pair_in_order_and_need_as_many_b_runs(tmp_path: Path) -> None:
+    """Interleaved repeats of one seed (A1 B1 A2 B2) pair with their neighbours: each B run
+    counts once. Before, B runs were keyed by plan digest, so the last B stood in for every A."""
+    short = INCIDENT.run.model_copy(update={"duration": 20.0, "warmup": 0.0, "cooldown": 0.0})
+    tenants = [t.model_copy(update={"phases": []}) for t in INCIDENT.tenants]
+    base = INCIDENT.model_copy(update={"run": short, "tenants": tenants})
+
+    def run(name: str, policy: str, noise_seed: int) -> Path:
+        sched = {**base.scheduler, "policy": policy, "step_noise_cv": 0.2, "seed": noise_seed}
+        scn = base.model_copy(update={"scheduler": sched})
+        return run_scenario(scn, RunOptions(out=tmp_path / name, seed=1)).run_dir
+
+    a = [run("a1", "fifo", 1), run("a2", "fifo", 2)]
+    b = [run("b1", "dwrr", 3), run("b2", "dwrr", 4)]
+    name = "ttft_p99.tenant.support-bot"
+    alone = [compare_dirs([x], [y], resamples=50).get(name) for x, y in zip(a, b, strict=True)]
+    both = compare_dirs(a, b, resamples=50).get(name)
+    assert both is not None and all(v is not None for v in alone)
+    assert both.b_runs == [v.b for v in alone if v is not None], both.as_dict()
+    assert both.b_runs[0] != both.b_runs[1]  # the two B runs differ, so the pairing shows
+    with pytest.raises(CompareRefused, match=r"2 A run\(s\) but 1 B run\(s\)"):
+        compare_dirs(a, b[:1], resamples=50)
+
+
 def test_refuses_an_invalid_run() -> None:
     a = sim_run(INCIDENT, 1, "fifo", 0)
     b = sim_run(INCIDENT, 1, "dwrr", 0)

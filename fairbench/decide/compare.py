@@ -439,17 +439,33 @@ def compare_dirs(
     confidence: float = 0.95,
     block_s: float = 10.0,
 ) -> Comparison:
-    """Pair A and B runs by plan digest (each A run needs a B run that replayed its plan)."""
+    """Pair A and B runs by plan digest: each A run needs a B run that replayed its plan, and
+    runs that replayed one plan several times (repeats of one seed) pair in the order given —
+    the i-th A of a plan with its i-th B, so interleaved repeats pair with their neighbours —
+    and need as many runs in B as in A (a B run reused for two A runs would count one
+    measurement twice)."""
     a_runs = [load_run(p) for p in a_dirs]
-    b_runs = {run.summary["plan_digest"]: run for run in (load_run(p) for p in b_dirs)}
-    pairs = []
+    b_runs: dict[str, list[RunData]] = {}
+    for run in (load_run(p) for p in b_dirs):
+        b_runs.setdefault(run.summary["plan_digest"], []).append(run)
+    a_count: dict[str, int] = {}
     for a in a_runs:
-        b = b_runs.get(a.summary["plan_digest"])
-        if b is None:
+        digest = a.summary["plan_digest"]
+        a_count[digest] = a_count.get(digest, 0) + 1
+    pairs = []
+    taken: dict[str, int] = {}
+    for a in a_runs:
+        digest = a.summary["plan_digest"]
+        bs = b_runs.get(digest, [])
+        if not bs:
+            raise CompareRefused(f"no B run replayed the plan of {a.path} ({digest[:19]}...)")
+        if len(bs) != a_count[digest]:
             raise CompareRefused(
-                f"no B run replayed the plan of {a.path} ({a.summary['plan_digest'][:19]}...)"
+                f"{a_count[digest]} A run(s) but {len(bs)} B run(s) replayed the plan of "
+                f"{a.path} ({digest[:19]}...): give each plan as many runs in B as in A"
             )
-        pairs.append((a, b))
+        pairs.append((a, bs[taken.get(digest, 0)]))
+        taken[digest] = taken.get(digest, 0) + 1
     from fairbench.workload.scenario import load_scenario
 
     scn = load_scenario(a_runs[0].path / "scenario.yaml")
