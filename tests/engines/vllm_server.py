@@ -10,6 +10,7 @@ after 20 s.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -34,6 +35,18 @@ def engine_python() -> str:
     if not Path(python).is_file():
         pytest.skip(f"no real vLLM: FAIRBENCH_VLLM_PYTHON={python} does not exist")
     return python
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of group `pgid` is still running (a zombie is not)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            return True
+    return False
 
 
 def free_port() -> int:
@@ -121,14 +134,21 @@ class VLLMServer:
             return ""
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
+        """End the whole process group, not only its leader (the API server): an engine core
+        or worker left behind would keep its core busy under the next engine's measurement."""
+        if self.proc is None:
             return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
+        group = self.proc.pid
+        for sig, grace_s in ((signal.SIGTERM, 20.0), (signal.SIGKILL, 10.0)):
+            if not group_alive(group) and self.proc.poll() is not None:
+                return
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, sig)
+            deadline = time.monotonic() + grace_s
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None and not group_alive(group):
+                    return
+                time.sleep(0.2)
 
     def __enter__(self) -> VLLMServer:
         self.start()
