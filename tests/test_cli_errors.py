@@ -294,6 +294,11 @@ def test_compare_and_ab_agree_and_compare_suggests_only_its_own_flags(work: Path
     # the same level gives the same intervals through either command
     again = run_cli("compare", *pair, "--json", "--confidence", "99")
     assert json.loads(again.stdout)["verdicts"] == saved["verdicts"]
+    # one B run cannot stand in for two A runs of its plan: refused in one line, exit 2
+    twice = run_cli("compare", "--a", pair[0], "--a", pair[0], "--b", pair[1])
+    assert twice.returncode == 2, twice.stderr
+    assert "2 A run(s) but 1 B run(s)" in twice.stderr and "Traceback" not in twice.stderr
+    assert len(twice.stderr.strip().splitlines()) == 1, twice.stderr
 
 
 def test_sweep_with_one_objective_ranks_the_points(work: Path) -> None:

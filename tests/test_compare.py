@@ -85,6 +85,9 @@ def test_repeats_of_one_plan_pair_in_order_and_need_as_many_b_runs(tmp_path: Pat
     assert both.b_runs[0] != both.b_runs[1]  # the two B runs differ, so the pairing shows
     with pytest.raises(CompareRefused, match=r"2 A run\(s\) but 1 B run\(s\)"):
         compare_dirs(a, b[:1], resamples=50)
+    other = run_scenario(base, RunOptions(out=tmp_path / "other", seed=2)).run_dir
+    with pytest.raises(CompareRefused, match=r"no A run replayed the plan of .*other"):
+        compare_dirs(a, [*b, other], resamples=50)
 
 
 def test_refuses_an_invalid_run() -> None:

@@ -1,7 +1,8 @@
 """The proof on a real vLLM (CPU build, issue #16 item 4): profile it, run one plan live under
-FCFS and under priority (twice each, interleaved: the run-to-run noise floor), simulate the same
-plans with the fitted profile and `engine: vllm`, and hold the simulator's error per tenant to
-the issue's tolerances — and its FCFS → priority verdict for chat's TTFT p99 to the real one.
+FCFS and under priority (three times each, interleaved: the first two give the real run and
+its run-to-run noise floor, all three the real A/B), simulate the same plans with the fitted
+profile and `engine: vllm`, and hold the simulator's error per tenant to the issue's
+tolerances — and its FCFS → priority verdict for chat's TTFT p99 to the real one.
 
 Skipped, with the reason, without FAIRBENCH_VLLM_PYTHON (tests/test_vllm_engine.py says how to
 set it up). The engines are confined to one core and niced (tests/engines/vllm_server.py); the
@@ -61,7 +62,7 @@ def evaluate(tmp_path: Path, runs: dict[str, list[Path]], profile: Path) -> None
     failures: list[str] = []
     table: list[dict[str, Any]] = []
     for policy in POLICIES:
-        real, again = runs[policy]
+        real, again = runs[policy][:2]  # the real run and its noise floor
         fid = fidelity(real, sims[policy], noise_dir=again, factor=NOISE_FACTOR)
         proc = run_cli(
             "fidelity", str(real), str(sims[policy]), "--noise", str(again),

@@ -443,7 +443,7 @@ def compare_dirs(
     runs that replayed one plan several times (repeats of one seed) pair in the order given —
     the i-th A of a plan with its i-th B, so interleaved repeats pair with their neighbours —
     and need as many runs in B as in A (a B run reused for two A runs would count one
-    measurement twice)."""
+    measurement twice); a B run whose plan no A run replayed is refused, not left out."""
     a_runs = [load_run(p) for p in a_dirs]
     b_runs: dict[str, list[RunData]] = {}
     for run in (load_run(p) for p in b_dirs):
@@ -466,6 +466,9 @@ def compare_dirs(
             )
         pairs.append((a, bs[taken.get(digest, 0)]))
         taken[digest] = taken.get(digest, 0) + 1
+    for digest, bs in b_runs.items():
+        if digest not in a_count:  # a B run nothing pairs with would be silently left out
+            raise CompareRefused(f"no A run replayed the plan of {bs[0].path} ({digest[:19]}...)")
     from fairbench.workload.scenario import load_scenario
 
     scn = load_scenario(a_runs[0].path / "scenario.yaml")

@@ -14,10 +14,12 @@ The protocol, and why each step:
   an engine difference the simulator was blamed for.
 - **Profile the FCFS engine**, warm, with `fairbench profile` (one profile serves both
   simulated policies: the engine's speed does not depend on its queue order).
-- **Interleave the measured runs**: FCFS 1, priority 1, FCFS 2, priority 2. The engine's own
-  speed drifts on a shared machine; run back to back per policy, a drift lands between the
-  policies, where it looks like the policy's effect; interleaved, it lands in the noise floor
-  (two runs of one plan), where the fidelity test expects it.
+- **Interleave the measured runs**: FCFS 1, priority 1, FCFS 2, priority 2, FCFS 3,
+  priority 3. The engine's own speed drifts on a shared machine; run back to back per policy,
+  a drift lands between the policies, where it looks like the policy's effect; interleaved, it
+  lands in the noise floor (runs 1 and 2 of one plan), where the fidelity test expects it.
+  Three rounds, because `fairbench compare`'s verdict over k pairs takes a t interval with
+  k − 1 degrees of freedom: with two pairs its half-width is 6.4 times their difference.
 - **Below the knee**: the flood runs at 7/s, not the scenario's 10/s. At 10/s the one-core
   engine sits at its knee — a few percent of engine speed is the difference between a queue
   that drains and one that grows for the whole run, so a figure's error there measures the
@@ -27,7 +29,6 @@ The protocol, and why each step:
 
 from __future__ import annotations
 
-import json
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -46,10 +47,13 @@ BUDGET_TOKENS = 2048  # vLLM's max_num_batched_tokens at --max-model-len 2048
 OPERATING_POINT = ("--set=tenants.flood.arrival.rate=7/s",)
 # The generator's own schedule is not what is measured here (tests/test_vllm_engine.py holds
 # it): on a loaded two-core machine a send lag over 5 ms would make a run INVALID, and an
-# INVALID run is not compared. The same relaxation goes into the simulated runs.
+# INVALID run is not compared. The same relaxation goes into the simulated runs. The receive
+# error bound (1 ms) stays: a late first-token stamp is an error in the very TTFT the
+# simulator is judged against, so a run whose stamps cannot be trusted must not be compared.
 HEALTH = {"max_send_lag_p99": "1s", "min_rate_ratio": 0.5}
 RELAX = tuple(f"--set=health.{k}={v}" for k, v in HEALTH.items())
-WARMUP = ("--set=run.duration=8s", "--set=run.warmup=0s", "--set=run.cooldown=0s")
+WARMUP = ("--set=run.duration=8s",)
+ROUNDS = 3  # interleaved rounds: the verdict needs k = 3 pairs (with 2, its t has 1 df)
 
 Cli = Callable[..., "subprocess.CompletedProcess[str]"]
 
@@ -68,8 +72,8 @@ def checked(cli: Cli, *args: str, ok: tuple[int, ...] = (0,), timeout: float = 6
 def live_runs(
     python: str, model: Path, work: Path, cli: Cli, budget_s: int = 60
 ) -> tuple[Path, dict[str, list[Path]], str]:
-    """Profile, warm and run both policies interleaved; (profile, runs per policy, the
-    profile command's output)."""
+    """Warm, profile and run both policies interleaved; (profile, runs per policy, the profile
+    command's output)."""
     profile = work / "cpu-vllm.yaml"
     runs: dict[str, list[Path]] = {p: [] for p in POLICIES}
     fcfs = VLLMServer(python, model, work / "vllm-fcfs.log", policy="fcfs")
@@ -84,18 +88,15 @@ def live_runs(
         probe = checked(
             cli, "profile", "--target-url", fcfs.url, "--out", str(profile),
             "--max-num-seqs", str(MAX_NUM_SEQS), "--max-num-batched-tokens", str(BUDGET_TOKENS),
-            "--budget", str(budget_s), timeout=400,
+            "--budget", str(budget_s), timeout=budget_s + 340,
         )  # fmt: skip
-        for k in (1, 2):
-            for policy, server in servers.items():
+        for k in range(1, ROUNDS + 1):
+            for policy, server in servers.items():  # an INVALID run exits 1: an error here
                 out = work / f"{policy}-{k}"
                 checked(
                     cli, "run", str(SCENARIO), "--target-url", server.url, "--out", str(out),
                     "--quiet", *OPERATING_POINT, *RELAX,
                 )  # fmt: skip
-                summary = json.loads((out / "summary.json").read_text())
-                if not summary["valid"]:
-                    raise RuntimeError(f"{out.name} INVALID: {summary['invalid_reasons']}")
                 runs[policy].append(out)
     return profile, runs, probe
 

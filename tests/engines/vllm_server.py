@@ -17,6 +17,7 @@ import socket
 import subprocess
 import time
 import urllib.request
+import warnings
 from pathlib import Path
 
 
@@ -67,11 +68,15 @@ class VLLMServer:
     ) -> None:
         self.python, self.model_dir, self.log = python, model_dir, log
         self.policy, self.max_num_seqs, self.extra = policy, max_num_seqs, extra
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.port = 0  # chosen at start(): a port picked long before the bind can be taken
         self.proc: subprocess.Popen[bytes] | None = None
 
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
     def start(self, timeout_s: float = 240.0) -> str:
+        self.port = free_port()
         env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", HF_HUB_OFFLINE="1")
         env["VLLM_CPU_OMP_THREADS_BIND"] = str(sorted(os.sched_getaffinity(0))[0])
         env.pop("CUDA_VISIBLE_DEVICES", None)
@@ -106,6 +111,7 @@ class VLLMServer:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                self.stop()  # the API server died: its engine core may not have
                 raise RuntimeError(f"vLLM exited with {self.proc.returncode}: {self.tail()}")
             try:
                 with urllib.request.urlopen(self.url + "/health", timeout=2) as resp:
@@ -149,6 +155,7 @@ class VLLMServer:
                 if self.proc.poll() is not None and not group_alive(group):
                     return
                 time.sleep(0.2)
+        warnings.warn(f"vLLM's process group {group} outlived SIGKILL", stacklevel=2)
 
     def __enter__(self) -> VLLMServer:
         self.start()
