@@ -5,8 +5,9 @@ measure one protocol.
 The protocol, and why each step:
 
 - **Both engines up at once**, one started `--scheduling-policy fcfs`, one `priority`, on the
-  same core (the policy is a start flag, so an A/B needs two engines). The idle one blocks on
-  its input queue and takes no CPU from the other.
+  same core (the policy is a start flag, so an A/B needs two engines), prefix caching off (a
+  replayed plan would hit the prompts of the runs before it). The idle one blocks on its input
+  queue and takes no CPU from the other.
 - **Warm both engines** with a short run of the scenario, discarded: a freshly started engine
   is slower for its first requests. Before, the priority engine's first requests were its
   measured run (the FCFS engine had been warmed by the profile), and in CI every real
@@ -53,6 +54,11 @@ OPERATING_POINT = ("--set=tenants.flood.arrival.rate=7/s",)
 HEALTH = {"max_send_lag_p99": "1s", "min_rate_ratio": 0.5}
 RELAX = tuple(f"--set=health.{k}={v}" for k, v in HEALTH.items())
 WARMUP = ("--set=run.duration=8s",)
+# Every run of an engine replays one plan, so with vLLM's prefix cache on (the default; the
+# tiny model's 1 GiB KV cache holds every prompt of a plan) a run's prefills are nearly free
+# whenever an earlier run or the warm-up sent the same prompts: the second run of a plan would
+# measure the cache, the first not. The workload shares no prefixes, so the cache is off.
+NO_CACHE = ("--no-enable-prefix-caching",)
 ROUNDS = 3  # interleaved rounds: the verdict needs k = 3 pairs (with 2, its t has 1 df)
 
 Cli = Callable[..., "subprocess.CompletedProcess[str]"]
@@ -76,8 +82,10 @@ def live_runs(
     command's output)."""
     profile = work / "cpu-vllm.yaml"
     runs: dict[str, list[Path]] = {p: [] for p in POLICIES}
-    fcfs = VLLMServer(python, model, work / "vllm-fcfs.log", policy="fcfs")
-    priority = VLLMServer(python, model, work / "vllm-priority.log", policy="priority")
+    fcfs = VLLMServer(python, model, work / "vllm-fcfs.log", policy="fcfs", extra=NO_CACHE)
+    priority = VLLMServer(
+        python, model, work / "vllm-priority.log", policy="priority", extra=NO_CACHE
+    )
     servers = {"fcfs": fcfs, "priority": priority}
     with fcfs, priority:
         for policy, server in servers.items():  # exit 1 (INVALID) is fine for a warm-up
