@@ -18,11 +18,11 @@ one, and both cut it by more than a quarter.
 Reported on every run, not asserted: each figure's error against the issue's tolerances (E2E
 p50 10%, TTFT p50 20%, TTFT p99 30%, or NOISE_FACTOR × the real runs' own difference where
 that is larger), the noise floors, and every run's TPOT p50 (the engine's speed). Why not
-asserted — measured here, 2026-12-01, three runs of this protocol in 30 minutes, flood 7/s,
-then 6/s:
+asserted — measured here, 2026-12-01, four runs of this protocol in 35 minutes (the flood at
+7/s, 7/s, 6/s, 7/s), whose tolerances all four would have failed:
 
-- the fitted decode step's constant `d` came out 5.36, 6.48 and 4.42 ms (2.69 in a run two hours
-  earlier): this VM's one core moves by more than the error budget between probes;
+- the fitted decode step's constant `d` came out 5.36, 6.48, 4.42 and 3.51 ms (2.69 in a run
+  two hours earlier): this VM's one core moves by more than the error budget between probes;
 - within one test the engine's TPOT p50 ranged 6.9–9.3 ms over its six runs (and 6.3–9.6);
 - the errors follow the sign of that drift, not the simulator: FCFS −51% to −89% when the
   engine ran slower than its probe (TPOT 8.8–9.0 live against 7.6 simulated), +52% to +177%
