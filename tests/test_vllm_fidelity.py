@@ -6,7 +6,7 @@ tolerances, and hold its FCFS → priority verdict for chat's TTFT p99 to the re
 
 Skipped, with the reason, without FAIRBENCH_VLLM_PYTHON (tests/test_vllm_engine.py says how to
 set it up). The engines are confined to one core and niced (tests/engines/vllm_server.py); the
-protocol (both engines up, warmed, runs interleaved, the flood below the engine's knee) and why
+protocol (both engines up, warmed, runs interleaved, the flood at 7/s) and why
 is in tests/engines/fidelity_protocol.py.
 
 What is asserted: every live run valid (the protocol refuses an INVALID one) and every
