@@ -11,7 +11,9 @@ probe, ending in a traceback instead of one line; vLLM's self-description not re
 from __future__ import annotations
 
 import asyncio
+import copy
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -21,7 +23,7 @@ from fairbench.targets.profile import cache_config, engine_info
 from reference_scheduler.core.costmodel import load_profile
 from reference_scheduler.server.app import build_app
 from reference_scheduler.server.config import parse_server_config
-from tests.cli import run_cli
+from tests.cli import REPO, run_cli
 from tests.engines.vllm_server import free_port
 from tests.loopback import serve, serve_in_thread
 
@@ -49,7 +51,8 @@ def fitted(tmp_path_factory: pytest.TempPathFactory) -> Path:
         proc = run_cli(
             "profile", "--target-url", url, "--out", str(out), "--max-num-seqs", "8",
             "--max-num-batched-tokens", "2048", "--max-model-len", "4096",
-            "--kv-cache-tokens", "200000", "--budget", "40", "--rounds", "2", timeout=300,
+            "--kv-cache-tokens", "200000", "--budget", "40", "--rounds", "2", "--seed", "3",
+            timeout=300,
         )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert f"wrote {out}" in proc.stdout
@@ -60,6 +63,7 @@ def test_fit_recovers_the_servers_profile(fitted: Path) -> None:
     doc = yaml.safe_load(fitted.read_text())
     fit = doc["fit"]
     assert fit["rounds"] >= 1 and len(fit["data"]) >= fit["design_points"]
+    assert fit["design"]["seed"] == 3  # --seed reached the probe's prompts
     kinds = {row["kind"] for row in fit["points"]}
     assert kinds == {"prefill", "decode", "mixed"}
     assert fit["rms_relative_residual"] < 0.1  # the form fits the engine it came from
@@ -82,6 +86,61 @@ def test_fitted_profile_loads_and_simulates_like_the_truth(fitted: Path, tmp_pat
     for n, batch, context in ((512, 0, 0), (0, 8, 4000), (256, 4, 300)):
         true = load_profile({"name": "t", **TRUTH, "kv_cache_tokens": 1}).step_ms(n, batch, context)
         assert prof.step_ms(n, batch, context) == pytest.approx(true, rel=0.05)
+
+
+def _slowed(doc: dict[str, Any], factor: float) -> dict[str, Any]:
+    """The profile of the same engine probed while `factor` times slower: every observation
+    (and so every coefficient) scaled."""
+    slow = copy.deepcopy(doc)
+    for row in slow["fit"]["data"]:
+        row["ms"] *= factor
+    for key in TRUTH:
+        slow[key] = doc[key] * factor
+    return slow
+
+
+def test_merge_fits_the_pooled_probes(fitted: Path, tmp_path: Path) -> None:
+    """Two probes of one engine, the second while it ran twice as slow: the merged profile
+    pools their rounds (each design point's median over all four), so it predicts the engine
+    between the two, and says what it merged."""
+    doc = yaml.safe_load(fitted.read_text())
+    slow = tmp_path / "slow.yaml"
+    slow.write_text(yaml.safe_dump(_slowed(doc, 2.0)))
+    merged = tmp_path / "around.yaml"
+    proc = run_cli(
+        "profile", "--merge", str(fitted), "--merge", str(slow), "--out", str(merged)
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"wrote {merged}" in proc.stdout
+    out = yaml.safe_load(merged.read_text())
+    assert [m["profile"] for m in out["fit"]["merged_from"]] == [str(fitted), str(slow)]
+    assert out["fit"]["rounds"] == 2 * doc["fit"]["rounds"]
+    assert len(out["fit"]["data"]) == 2 * len(doc["fit"]["data"])
+    assert out["max_num_seqs"] == 8 and out["kv_cache_tokens"] == 200_000
+    fast, pooled = load_profile(str(fitted)), load_profile(str(merged))
+    for n, batch, context in ((1024, 0, 0), (0, 8, 4000), (256, 4, 300)):
+        ratio = pooled.step_ms(n, batch, context) / fast.step_ms(n, batch, context)
+        assert 1.2 < ratio < 1.8, (n, batch, context, ratio)  # between the two engines
+
+
+def test_merge_refuses_another_engine_in_one_line(fitted: Path, tmp_path: Path) -> None:
+    doc = yaml.safe_load(fitted.read_text())
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump({**doc, "max_num_seqs": 16}))
+    proc = run_cli("profile", "--merge", str(fitted), "--merge", str(other), "--out",
+                   str(tmp_path / "m.yaml"))  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        f"--merge {other}: max_num_seqs 16 but {fitted} has 8: merge only profiles of one "
+        "engine, started with the same limits"
+    )
+    shipped = REPO / "reference_scheduler" / "profiles" / "h100-llama3-8b.yaml"
+    proc = run_cli("profile", "--merge", str(fitted), "--merge", str(shipped))
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "no probe data (fit.data)" in proc.stderr
+    proc = run_cli("profile", "--merge", str(fitted), "--target-url", "http://127.0.0.1:1")
+    assert proc.returncode == 2 and "drop --target-url" in proc.stderr
+    assert not (tmp_path / "m.yaml").exists()
 
 
 def test_unreachable_engine_is_one_line(tmp_path: Path) -> None:

@@ -274,6 +274,51 @@ def mape_line(fid: Fidelity) -> str:
     return f"MAPE {mape:.1f}% over {len(fid.finite())} figures{per}"
 
 
+def _merge_profiles(files: list[Path], out_file: Path, name: str | None) -> None:
+    """`fairbench profile --merge FILE...`: read each profile, refit their pooled probe data
+    (fairbench.targets.profile.merge_profiles), write the merged profile, and print its
+    coefficients beside each source's step constants (the drift between the probes)."""
+    from fairbench.targets.profile import MergeError, merge_profiles
+
+    if out_file.exists() and out_file.is_dir():
+        raise UsageFailure(f"--out {out_file}: a directory; give the profile's file name")
+    docs: list[tuple[str, dict[str, Any]]] = []
+    for path in files:
+        if not path.is_file():
+            raise UsageFailure(f"--merge {path}: no such file; give a profile YAML that "
+                               "`fairbench profile` wrote")  # fmt: skip
+        try:
+            doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (yaml.YAMLError, UnicodeDecodeError) as error:
+            why = str(error).splitlines()[0]
+            raise UsageFailure(f"--merge {path}: not YAML ({why})") from None
+        if not isinstance(doc, dict):
+            raise UsageFailure(f"--merge {path}: not a profile (a YAML mapping)")
+        docs.append((str(path), doc))
+    try:
+        merged, the_fit = merge_profiles(docs, name or out_file.stem)
+    except MergeError as error:
+        raise UsageFailure(f"--merge {error}") from None
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    header = (
+        f"# Merged by `fairbench profile --merge` from {len(docs)} probes of "
+        f"{merged['fit']['engine'].get('model')}: {the_fit.n} design points, "
+        f"{len(the_fit.raw)} observations, RMS relative residual {the_fit.rms_relative:.1%}. "
+        f"Load it with scheduler: {{profile: {out_file.name}}}.\n"
+    )
+    out_file.write_text(header + yaml.safe_dump(merged, sort_keys=False), encoding="utf-8")
+    table = Table(title=f"merged profile of {len(docs)} probes", title_justify="left")
+    for col in ("profile", "rounds", "a", "d"):
+        table.add_column(col, justify="left" if col == "profile" else "right")
+    for src in merged["fit"]["merged_from"]:
+        table.add_row(src["profile"], str(src["rounds"]), f"{src['a']:.4g}", f"{src['d']:.4g}")
+    table.add_row(
+        "merged", str(merged["fit"]["rounds"]), f"{merged['a']:.4g}", f"{merged['d']:.4g}"
+    )
+    out.print(table)
+    out.print(f"wrote {out_file}", markup=False, highlight=False)
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def fidelity(
@@ -325,13 +370,22 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def profile(
         target_url: Annotated[
-            str,
+            str | None,
             typer.Option(
                 "--target-url",
                 help="the engine's base URL, e.g. http://127.0.0.1:8000",
                 metavar="URL",
             ),
-        ],
+        ] = None,
+        merge: Annotated[
+            list[Path] | None,
+            typer.Option(
+                "--merge",
+                help="instead of probing, fit one profile from the probe data of these "
+                "profiles of one engine (repeat it: e.g. probes right before and after a run)",
+                metavar="FILE",
+            ),
+        ] = None,
         model: Annotated[
             str | None,
             typer.Option(
@@ -403,6 +457,14 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option(help="the profile's name (default: the file's stem)", metavar="NAME"),
         ] = None,
+        seed: Annotated[
+            int,
+            typer.Option(
+                help="seed of the probe's random prompts: give each probe of one engine its "
+                "own, or a prefix cache serves the second probe's prefills",
+                metavar="N",
+            ),
+        ] = 0,
     ) -> None:
         """Fit a cost profile from a live vLLM, SGLang, TGI or OpenAI engine (bounded probe)."""
         import asyncio
@@ -419,6 +481,19 @@ def register(app: typer.Typer) -> None:
             run_profile,
         )
 
+        if merge:
+            if target_url is not None:
+                raise UsageFailure(
+                    "--merge fits from earlier probes' data and probes nothing: "
+                    "drop --target-url (or --merge)"
+                )
+            _merge_profiles(merge, out_file, name)
+            return
+        if target_url is None:
+            raise UsageFailure(
+                "--target-url is missing: give the engine's base URL, e.g. "
+                "--target-url http://127.0.0.1:8000 (or --merge FILE to refit earlier probes)"
+            )
         if engine not in (*ENGINES, "auto"):
             raise UsageFailure(
                 f"--engine {engine}: not an engine; use one of {', '.join(ENGINES)} or auto"
@@ -445,6 +520,7 @@ def register(app: typer.Typer) -> None:
             kv_cache_tokens=kv_cache_tokens,
             budget_s=budget,
             max_rounds=rounds,
+            seed=seed,
         )
         bar = Progress(
             TextColumn("{task.description:<14}"),

@@ -15,7 +15,9 @@ The experiment, one phase at a time (nothing else should load the engine meanwhi
    geometrically up to the model's context (and the per-step token budget, so a prompt is one
    step). Observed: the time to the first token, which is `overhead + prefill_ms(n)`;
    `overhead` (HTTP, tokenisation, the API server) is fitted as its own term — it is not a step
-   cost, and the simulator has no place for it — and stated in the profile's `fit:` block.
+   cost — and written as the profile's `request_overhead_ms`, by which the `sim` target delays
+   each request's arrival at the simulated engine (so a simulated TTFT contains it as a
+   measured one does).
 2. **Decode sweep.** B concurrent streams (B = 1, 2, 4, … up to `max_num_seqs`) at a short and
    a long prompt, `ignore_eos` so each produces its tokens. Once all B decode, each step emits
    one token per stream: the median gap between a stream's tokens there is
@@ -685,7 +687,10 @@ class Fit:
     raw: list[dict[str, Any]]  # every observation of every round
 
     def profile_fields(self) -> dict[str, float]:
-        return {k: v for k, v in self.coefficients.items() if k != "overhead"}
+        """The profile's fields: the step coefficients, and the request overhead as
+        `request_overhead_ms` (the sim target adds it to each request's way in)."""
+        fields = {k: v for k, v in self.coefficients.items() if k != "overhead"}
+        return {**fields, "request_overhead_ms": self.coefficients["overhead"]}
 
 
 def medians(obs: Sequence[Observation]) -> list[Observation]:
@@ -866,3 +871,107 @@ async def run_profile(
         raise ProbeError(f"{base}: the probe failed ({type(error).__name__}: {error})") from None
     result = ProbeResult(info, design, obs, time.monotonic() - started, rounds, cut)
     return result, fit(obs)
+
+
+# ---------------------------------------------------------------- merging probes
+
+
+class MergeError(Exception):
+    """The profiles cannot be merged; the message is one line naming the file."""
+
+
+# What must agree for two profiles to describe one engine: its limits (the simulator loads
+# them) and the experiment's design points (a point's median pools its rounds across probes).
+MERGE_LIMITS = ("kv_cache_tokens", "max_num_seqs", "max_num_batched_tokens", "chunked_prefill")
+MERGE_ENGINE = ("kind", "model")
+MERGE_DESIGN = (
+    "prefill_lengths",
+    "prefill_reps",
+    "decode_batches",
+    "decode_prompts",
+    "decode_tokens",
+    "mixed_batch",
+    "mixed_prompts",
+)
+
+
+def probe_data(doc: dict[str, Any], where: str) -> list[Observation]:
+    """The raw observations a profile's `fit.data` holds (what `profile_document` wrote)."""
+    rows = (doc.get("fit") or {}).get("data") if isinstance(doc, dict) else None
+    if not isinstance(rows, list) or not rows:
+        raise MergeError(
+            f"{where}: no probe data (fit.data): only a profile `fairbench profile` fitted "
+            "from an engine can be merged"
+        )
+    try:
+        return [Observation(**row) for row in rows]
+    except TypeError:
+        raise MergeError(f"{where}: fit.data is not `fairbench profile`'s probe data") from None
+
+
+def merge_profiles(
+    docs: Sequence[tuple[str, dict[str, Any]]], name: str
+) -> tuple[dict[str, Any], Fit]:
+    """One profile fitted from the probe data of several profiles of one engine: every round
+    of every probe pooled, the median of each design point taken over all of them, fitted as
+    one probe's rounds are (`fit`).
+
+    Why: a profile describes the engine as it was while it was probed. Where the engine's
+    speed drifts (a shared machine, a neighbour, clocks), the profile that predicts a run is
+    the one measured around it: probe right before and right after the run, and merge. The
+    merged document is the first's, with the fit, the pooled data and `fit.merged_from` (each
+    source's name, rounds, probe seconds and step constants, so the drift between them shows).
+
+    Refused (MergeError, one line naming the file) unless every profile describes one engine
+    with one experiment: the same engine kind and model, the same limits (MERGE_LIMITS) and
+    the same design points (MERGE_DESIGN)."""
+    if not docs:
+        raise MergeError("no profiles to merge")
+    first_where, first = docs[0]
+    raw: list[Observation] = []
+    for where, doc in docs:
+        raw += probe_data(doc, where)
+        for key in MERGE_LIMITS:
+            if doc.get(key) != first.get(key):
+                raise MergeError(
+                    f"{where}: {key} {doc.get(key)} but {first_where} has {first.get(key)}: "
+                    "merge only profiles of one engine, started with the same limits"
+                )
+        for block, keys in (("engine", MERGE_ENGINE), ("design", MERGE_DESIGN)):
+            mine, theirs = doc["fit"].get(block) or {}, first["fit"].get(block) or {}
+            for key in keys:
+                if mine.get(key) != theirs.get(key):
+                    raise MergeError(
+                        f"{where}: fit.{block}.{key} {mine.get(key)} but {first_where} has "
+                        f"{theirs.get(key)}: merge only probes of one engine with one design"
+                    )
+    the_fit = fit(raw)
+    out = {**first, "name": name, **the_fit.profile_fields(), "mixed_step": the_fit.form}
+    sources = [
+        {
+            "profile": where,
+            "name": doc.get("name"),
+            "rounds": doc["fit"].get("rounds"),
+            "probe_seconds": doc["fit"].get("probe_seconds"),
+            "seed": (doc["fit"].get("design") or {}).get("seed"),
+            **{k: doc.get(k) for k in ("a", "d")},
+        }
+        for where, doc in docs
+    ]
+    out["fit"] = {
+        **first["fit"],
+        "overhead_ms": the_fit.coefficients["overhead"],
+        "stderr": the_fit.stderr,
+        "rms_relative_residual": round(the_fit.rms_relative, 4),
+        "mixed_step": f"{the_fit.form}: the smaller RMS relative residual of the two forms "
+        f"({the_fit.rms_by_form})",
+        "design_points": the_fit.n,
+        "observations": len(the_fit.raw),
+        "rounds": sum(int(s["rounds"] or 0) for s in sources),
+        "probe_seconds": round(sum(float(s["probe_seconds"] or 0) for s in sources), 1),
+        "truncated_by_budget": any(doc["fit"].get("truncated_by_budget") for _, doc in docs),
+        "merged_from": sources,
+        "points": the_fit.residuals,
+        "data": the_fit.raw,
+    }
+    return out, the_fit
