@@ -162,3 +162,49 @@ def test_a_timed_out_job_stops_holding_capacity_in_the_sim() -> None:
     assert a.status == "cancelled" and a.done_ns == 500_000_000
     assert b.status == "finished" and b.admit_ns == 500_000_000 and b.done_ns == 550_000_000
     assert result.end_ns == b.done_ns
+
+
+def _overhead_scenario(overhead_ms: float, output_tokens: int, timeout: str) -> Scenario:
+    return parse_scenario(
+        {
+            "name": "overhead",
+            "workloads": {
+                "w": {"endpoint": "chat", "prompt_tokens": 32, "output_tokens": output_tokens}
+            },
+            "tenants": [{"id": "t", "mix": "w", "arrival": {"process": "constant", "rate": "2/s"}}],
+            "run": {"duration": "3s", "seed": 1, "timeout": timeout, "grace": "5s"},
+            "target": {"kind": "sim"},
+            "scheduler": {
+                "policy": "fifo",
+                "profile": {
+                    "constant_step_ms": 5.0,
+                    "kv_cache_tokens": 100000,
+                    "request_overhead_ms": overhead_ms,
+                },
+            },
+        }
+    )
+
+
+def test_the_profiles_request_overhead_is_in_every_simulated_latency() -> None:
+    """A profile's `request_overhead_ms` (what `fairbench profile` fits as the time outside
+    the engine's steps in every TTFT) delays each request's arrival at the simulated engine:
+    with the engine idle between requests, every first token and every end come exactly that
+    much later, while the send stays the planned one; and a client's timeout still runs from
+    the send, not from the engine's arrival."""
+    base, slow = (_overhead_scenario(ms, 10, "60s") for ms in (0.0, 40.0))
+    plan = materialize(base)
+    assert plan.digest == materialize(slow).digest  # the plan does not change
+    fast_rows, _ = run_sim(plan, base)
+    slow_rows, _ = run_sim(plan, slow)
+    assert len(fast_rows) == len(slow_rows) == len(plan) > 3
+    for f, s in zip(fast_rows, slow_rows, strict=True):
+        assert f["status"] == s["status"] == "ok"
+        assert f["t_sent_ns"] == s["t_sent_ns"] == f["t_intended_ns"]
+        assert s["t_first_token_ns"] - f["t_first_token_ns"] == 40_000_000
+        assert s["t_done_ns"] - f["t_done_ns"] == 40_000_000
+    # 100 tokens of 5 ms steps take 0.5 s, past a 0.2 s timeout: cut 0.2 s after the send
+    late = _overhead_scenario(40.0, 100, "0.2s")
+    for row in run_sim(materialize(late), late)[0]:
+        assert row["status"] == "timeout"
+        assert row["t_end_ns"] - row["t_sent_ns"] == 200_000_000

@@ -47,8 +47,12 @@ def block_hashes(plan: Plan, i: int, block_size: int) -> tuple[int, ...]:
     return tuple(ids[:n_full])
 
 
-def plan_jobs(plan: Plan, scn: Scenario, block_size: int | None = None) -> list[Job]:
-    """Jobs for the simulator; with `block_size` (a prefix cache is on), their block hashes."""
+def plan_jobs(
+    plan: Plan, scn: Scenario, block_size: int | None = None, delay_ns: int = 0
+) -> list[Job]:
+    """Jobs for the simulator; with `block_size` (a prefix cache is on), their block hashes.
+    Each arrives `delay_ns` after its planned send: the profile's request overhead (the time
+    a live request spends in HTTP and the API server before the engine's scheduler sees it)."""
     weights = {t.id: t.weight for t in scn.tenants}
     ranks = {name: c.priority for name, c in scn.slo_classes.items()}
     c = plan.columns
@@ -65,7 +69,7 @@ def plan_jobs(plan: Plan, scn: Scenario, block_size: int | None = None) -> list[
             classes[i],
             int(prompts[i]),
             int(outputs[i]),
-            int(offsets[i]),
+            int(offsets[i]) + delay_ns,
             weight=weights[tenants[i]],
             priority=ranks[classes[i]],
             flow=workloads[i],
@@ -107,27 +111,29 @@ def records_from(
     token: first byte and HTTP 200 are stamped then."""
     itl = result.itl_max_ns()
     workloads, endpoints = plan.names("workload"), plan.names("endpoint")
-    planned = plan.columns["max_tokens"]
+    planned, offsets = plan.columns["max_tokens"], plan.columns["offset_ns"]
     never = 1 << 62
     stop = never if stop_ns is None else stop_ns
     timeout_s = (timeout_ns or 0) / 1e9
     rows = []
     for i, job in enumerate(result.jobs):
+        sent = int(offsets[i])  # the planned send: the job arrives at the engine later by the
+        # profile's request overhead, which every latency, as live, includes
         row: dict[str, Any] = {
             "request_id": job.id,
             "tenant": job.tenant,
             "slo_class": job.slo_class,
             "workload": workloads[i],
             "endpoint": endpoints[i],
-            "t_intended_ns": job.arrival_ns,
-            "t_sent_ns": job.arrival_ns,
+            "t_intended_ns": sent,
+            "t_sent_ns": sent,
             "prompt_tokens": job.prompt_tokens,
             "max_tokens": int(planned[i]),
             "output_tokens": 0,
             "n_chunks": 0,
             "worker": 0,
         }
-        deadline = job.arrival_ns + timeout_ns if timeout_ns is not None else never
+        deadline = sent + timeout_ns if timeout_ns is not None else never
         cut = min(deadline, stop)
         if job.status == "rejected":
             code = job.reject_code
@@ -194,8 +200,14 @@ def run_sim(plan: Plan, scn: Scenario) -> tuple[list[dict[str, Any]], dict[str, 
     config = parse_scheduler_config(scn.scheduler)
     block_size = config.spec.block_size if config.spec.prefix_cache else None
     timeout_ns, stop_ns = cut_offs(plan, scn)
+    delay_ns = round(config.profile.request_overhead_ms * 1e6)
     result = simulate(
-        plan_jobs(plan, scn, block_size), config, timeout_ns=timeout_ns, stop_ns=stop_ns
+        plan_jobs(plan, scn, block_size, delay_ns),
+        config,
+        # the engine cancels a job timeout_ns after its arrival; the client's clock started at
+        # the send, delay_ns earlier
+        timeout_ns=None if timeout_ns is None else max(0, timeout_ns - delay_ns),
+        stop_ns=stop_ns,
     )
     info: dict[str, Any] = {
         "kind": "sim",

@@ -21,6 +21,14 @@ Textbook reductions are configuration, not code: `constant_step_ms` makes every 
 same whatever the batch (with max_num_seqs = 1 the engine is then a single server whose service
 time is output_tokens × step), and all-zero prefill coefficients make prefill free.
 
+`request_overhead_ms` is not a step cost: it is the time a request spends outside the engine's
+steps on its way to its first token — the client's send, HTTP, tokenisation and the API
+server — which every measured TTFT contains (`fairbench profile` fits it as its own term,
+`overhead`). The `sim` target delays each request's arrival at the simulated engine by it, so
+a simulated TTFT and E2E contain it as a real one does (fairbench/targets/sim.py); the engine
+itself, live or in virtual time, ignores it. The shipped profiles leave it 0: their sources
+publish step costs, not a front end's.
+
 Profiles are data: one YAML file each in `profiles/`, with their sources; users add their own
 (`profile: path/to/file.yaml` or an inline mapping).
 """
@@ -56,6 +64,7 @@ class Profile:
     chunked_prefill: bool = True
     admit_every: int = 1  # admission opportunity every k steps (S-LoRA: 10)
     mixed_step: str = "max"  # max (a GPU: the chunk hides in the decode step) | sum (a CPU)
+    request_overhead_ms: float = 0.0  # send → the engine's scheduler sees it (the sim target)
     source: str = ""
 
     def step_ms(self, n: int, batch: int, context: int) -> float:
@@ -94,7 +103,7 @@ def profile_from_mapping(data: Any, where: str = "profile") -> Profile:
         profile = Profile(**{"name": "custom", **data})
     except TypeError as error:
         raise ProfileError(f"{where}: {error}") from None
-    for name in ("a", "b", "c", "floor", "d", "e", "f"):
+    for name in ("a", "b", "c", "floor", "d", "e", "f", "request_overhead_ms"):
         value = getattr(profile, name)
         if not isinstance(value, int | float) or value < 0 or value != value:
             raise ProfileError(f"{where}.{name}: must be a number >= 0, got {value!r}")
