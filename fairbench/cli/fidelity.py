@@ -278,7 +278,7 @@ def _merge_profiles(files: list[Path], out_file: Path, name: str | None) -> None
     """`fairbench profile --merge FILE...`: read each profile, refit their pooled probe data
     (fairbench.targets.profile.merge_profiles), write the merged profile, and print its
     coefficients beside each source's step constants (the drift between the probes)."""
-    from fairbench.targets.profile import MergeError, merge_profiles
+    from fairbench.targets.profile import MergeError, ProbeError, merge_profiles
 
     if out_file.exists() and out_file.is_dir():
         raise UsageFailure(f"--out {out_file}: a directory; give the profile's file name")
@@ -299,6 +299,8 @@ def _merge_profiles(files: list[Path], out_file: Path, name: str | None) -> None
         merged, the_fit = merge_profiles(docs, name or out_file.stem)
     except MergeError as error:
         raise UsageFailure(f"--merge {error}") from None
+    except ProbeError as error:  # the pooled data cannot be fitted
+        raise UsageFailure(f"--merge: {error}") from None
     out_file.parent.mkdir(parents=True, exist_ok=True)
     header = (
         f"# Merged by `fairbench profile --merge` from {len(docs)} probes of "
@@ -311,7 +313,7 @@ def _merge_profiles(files: list[Path], out_file: Path, name: str | None) -> None
     for col in ("profile", "rounds", "a", "d"):
         table.add_column(col, justify="left" if col == "profile" else "right")
     for src in merged["fit"]["merged_from"]:
-        table.add_row(src["profile"], str(src["rounds"]), f"{src['a']:.4g}", f"{src['d']:.4g}")
+        table.add_row(src["profile"], str(src["rounds"]), *(f"{src[k]}" for k in ("a", "d")))
     table.add_row(
         "merged", str(merged["fit"]["rounds"]), f"{merged['a']:.4g}", f"{merged['d']:.4g}"
     )

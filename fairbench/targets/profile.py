@@ -897,7 +897,8 @@ MERGE_DESIGN = (
 
 def probe_data(doc: dict[str, Any], where: str) -> list[Observation]:
     """The raw observations a profile's `fit.data` holds (what `profile_document` wrote)."""
-    rows = (doc.get("fit") or {}).get("data") if isinstance(doc, dict) else None
+    block = doc.get("fit") if isinstance(doc, dict) else None
+    rows = block.get("data") if isinstance(block, dict) else None
     if not isinstance(rows, list) or not rows:
         raise MergeError(
             f"{where}: no probe data (fit.data): only a profile `fairbench profile` fitted "
