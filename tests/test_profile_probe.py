@@ -83,6 +83,8 @@ def test_fit_recovers_the_servers_profile(fitted: Path) -> None:
     assert doc["mixed_step"] == "max", fit["mixed_step"]
     # the request overhead is its own term, not folded into the step cost
     assert fit["overhead_ms"] >= 0 and "overhead" not in doc
+    # ... and the sim target's request_overhead_ms (each simulated arrival delayed by it)
+    assert doc["request_overhead_ms"] == fit["overhead_ms"]
 
 
 def test_fitted_profile_loads_and_simulates_like_the_truth(fitted: Path, tmp_path: Path) -> None:
@@ -122,6 +124,7 @@ def test_merge_fits_the_pooled_probes(fitted: Path, tmp_path: Path) -> None:
     assert out["fit"]["rounds"] == 2 * doc["fit"]["rounds"]
     assert len(out["fit"]["data"]) == 2 * len(doc["fit"]["data"])
     assert out["max_num_seqs"] == 8 and out["kv_cache_tokens"] == 200_000
+    assert out["request_overhead_ms"] == out["fit"]["overhead_ms"]
     fast, pooled = load_profile(str(fitted)), load_profile(str(merged))
     for n, batch, context in ((1024, 0, 0), (0, 8, 4000), (256, 4, 300)):
         ratio = pooled.step_ms(n, batch, context) / fast.step_ms(n, batch, context)
@@ -140,10 +143,12 @@ def test_merge_refuses_another_engine_in_one_line(fitted: Path, tmp_path: Path) 
         "engine, started with the same limits"
     )
     shipped = REPO / "reference_scheduler" / "profiles" / "h100-llama3-8b.yaml"
-    proc = run_cli("profile", "--merge", str(fitted), "--merge", str(shipped))
+    proc = run_cli("profile", "--merge", str(fitted), "--merge", str(shipped), "--out",
+                   str(tmp_path / "m.yaml"))  # fmt: skip
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert "no probe data (fit.data)" in proc.stderr
-    proc = run_cli("profile", "--merge", str(fitted), "--target-url", "http://127.0.0.1:1")
+    proc = run_cli("profile", "--merge", str(fitted), "--target-url", "http://127.0.0.1:1",
+                   "--out", str(tmp_path / "m.yaml"))  # fmt: skip
     assert proc.returncode == 2 and "drop --target-url" in proc.stderr
     assert not (tmp_path / "m.yaml").exists()
 

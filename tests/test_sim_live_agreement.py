@@ -22,8 +22,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
+import pytest
 
+from fairbench.analysis.blocks import unloaded_ns
 from fairbench.pipeline import run_scenario
 from fairbench.plan.materialize import materialize
 from fairbench.run.rundir import RunOptions
@@ -164,14 +167,16 @@ def test_a_timed_out_job_stops_holding_capacity_in_the_sim() -> None:
     assert result.end_ns == b.done_ns
 
 
-def _overhead_scenario(overhead_ms: float, output_tokens: int, timeout: str) -> Scenario:
+def _overhead_scenario(
+    overhead_ms: float, output_tokens: int, timeout: str, rate: str = "2/s", slots: int = 256
+) -> Scenario:
     return parse_scenario(
         {
             "name": "overhead",
             "workloads": {
                 "w": {"endpoint": "chat", "prompt_tokens": 32, "output_tokens": output_tokens}
             },
-            "tenants": [{"id": "t", "mix": "w", "arrival": {"process": "constant", "rate": "2/s"}}],
+            "tenants": [{"id": "t", "mix": "w", "arrival": {"process": "constant", "rate": rate}}],
             "run": {"duration": "3s", "seed": 1, "timeout": timeout, "grace": "5s"},
             "target": {"kind": "sim"},
             "scheduler": {
@@ -180,6 +185,7 @@ def _overhead_scenario(overhead_ms: float, output_tokens: int, timeout: str) -> 
                     "constant_step_ms": 5.0,
                     "kv_cache_tokens": 100000,
                     "request_overhead_ms": overhead_ms,
+                    "max_num_seqs": slots,
                 },
             },
         }
@@ -203,8 +209,24 @@ def test_the_profiles_request_overhead_is_in_every_simulated_latency() -> None:
         assert f["t_sent_ns"] == s["t_sent_ns"] == f["t_intended_ns"]
         assert s["t_first_token_ns"] - f["t_first_token_ns"] == 40_000_000
         assert s["t_done_ns"] - f["t_done_ns"] == 40_000_000
-    # 100 tokens of 5 ms steps take 0.5 s, past a 0.2 s timeout: cut 0.2 s after the send
-    late = _overhead_scenario(40.0, 100, "0.2s")
-    for row in run_sim(materialize(late), late)[0]:
+    # One slot; 100 tokens of 5 ms steps take 0.5 s, past a 0.2 s timeout; a request every
+    # 0.1 s. Each is cut 0.2 s after its send, on the client's side and in the engine, which
+    # frees the slot then: the next request, waiting since its arrival, gets its first token
+    # one step later (at 0.205 s after the first send, not 0.245 s, where the engine's clock
+    # would have started at the delayed arrival).
+    late = _overhead_scenario(40.0, 100, "0.2s", rate="10/s", slots=1)
+    rows = run_sim(materialize(late), late)[0]
+    for row in rows:
         assert row["status"] == "timeout"
         assert row["t_end_ns"] - row["t_sent_ns"] == 200_000_000
+    assert rows[1]["t_first_token_ns"] - rows[0]["t_sent_ns"] == 205_000_000
+
+
+def test_a_request_alone_pays_the_overhead_too() -> None:
+    """Slowdown divides E2E by the latency alone: in a sim run both contain the profile's
+    request overhead, so the basis grows by exactly it."""
+    base, slow = (_overhead_scenario(ms, 10, "60s") for ms in (0.0, 40.0))
+    df = pd.DataFrame(run_sim(materialize(base), base)[0])
+    fast_ns, _ = unloaded_ns(df, base)
+    slow_ns, _ = unloaded_ns(df, slow)
+    assert np.all(slow_ns - fast_ns == pytest.approx(40e6))

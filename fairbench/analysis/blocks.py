@@ -43,6 +43,8 @@ def unloaded_ns(df: pd.DataFrame, scn: Scenario) -> tuple[np.ndarray, str]:
             )
             decode_one = np.maximum(p.d + p.e, p.a + p.b) + p.f * (prompt + output / 2)
             ms = prefill + np.maximum(output - 1, 0) * decode_one
+        if scn.target.kind == "sim":  # a request alone pays the front end's overhead too
+            ms = ms + p.request_overhead_ms
         return ms * 1e6, "cost model of the reference scheduler"
     return np.maximum(prompt + output, 1.0) * 1e6, "latency per token (no cost model)"
 

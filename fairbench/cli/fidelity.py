@@ -304,7 +304,7 @@ def _merge_profiles(files: list[Path], out_file: Path, name: str | None) -> None
     out_file.parent.mkdir(parents=True, exist_ok=True)
     header = (
         f"# Merged by `fairbench profile --merge` from {len(docs)} probes of "
-        f"{merged['fit']['engine'].get('model')}: {the_fit.n} design points, "
+        f"{(merged['fit'].get('engine') or {}).get('model')}: {the_fit.n} design points, "
         f"{len(the_fit.raw)} observations, RMS relative residual {the_fit.rms_relative:.1%}. "
         f"Load it with scheduler: {{profile: {out_file.name}}}.\n"
     )
@@ -462,6 +462,7 @@ def register(app: typer.Typer) -> None:
         seed: Annotated[
             int,
             typer.Option(
+                min=0,
                 help="seed of the probe's random prompts: give each probe of one engine its "
                 "own, or a prefix cache serves the second probe's prefills",
                 metavar="N",

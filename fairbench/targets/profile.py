@@ -904,10 +904,17 @@ def probe_data(doc: dict[str, Any], where: str) -> list[Observation]:
             f"{where}: no probe data (fit.data): only a profile `fairbench profile` fitted "
             "from an engine can be merged"
         )
+    for key in ("engine", "design"):
+        if not isinstance(block.get(key) or {}, dict):
+            raise MergeError(f"{where}: fit.{key} is not a mapping")
     try:
-        return [Observation(**row) for row in rows]
+        obs = [Observation(**row) for row in rows]
     except TypeError:
         raise MergeError(f"{where}: fit.data is not `fairbench profile`'s probe data") from None
+    for o in obs:
+        if not isinstance(o.ms, int | float) or not math.isfinite(o.ms) or o.ms <= 0:
+            raise MergeError(f"{where}: fit.data has a step of {o.ms!r} ms ({o.key})")
+    return obs
 
 
 def merge_profiles(
@@ -968,8 +975,10 @@ def merge_profiles(
         f"({the_fit.rms_by_form})",
         "design_points": the_fit.n,
         "observations": len(the_fit.raw),
-        "rounds": sum(int(s["rounds"] or 0) for s in sources),
-        "probe_seconds": round(sum(float(s["probe_seconds"] or 0) for s in sources), 1),
+        "rounds": sum(s["rounds"] for s in sources if isinstance(s["rounds"], int)),
+        "probe_seconds": round(
+            sum(float(v) for s in sources if isinstance(v := s["probe_seconds"], int | float)), 1
+        ),
         "truncated_by_budget": any(doc["fit"].get("truncated_by_budget") for _, doc in docs),
         "merged_from": sources,
         "points": the_fit.residuals,

@@ -101,8 +101,8 @@ def records_from(
 ) -> list[dict[str, Any]]:
     """One record per job, with the columns and the status rule of the live executor.
 
-    A job that finished by its cut-off (`timeout_ns` after its arrival, or `stop_ns`, the end of
-    the grace period, whichever comes first) is `ok`; one still unfinished then is `timeout`
+    A job that finished by its cut-off (`timeout_ns` after its planned send, or `stop_ns`, the
+    end of the grace period, whichever comes first) is `ok`; one still unfinished then is `timeout`
     (its own deadline came first) or `cancelled` (the run ended first), recorded as the live
     executor records them: no t_done, the tokens that had arrived by then (first, last, count,
     largest gap), and nothing of what the server would only report at the end (queue time,
@@ -213,6 +213,7 @@ def run_sim(plan: Plan, scn: Scenario) -> tuple[list[dict[str, Any]], dict[str, 
         "kind": "sim",
         "policy": str(config.spec.policy),
         "profile": config.profile.name,
+        "request_overhead_ms": str(config.profile.request_overhead_ms),
         "replicas": str(config.replicas),
         "steps": str(result.steps),
     }

@@ -105,8 +105,8 @@ def profile_from_mapping(data: Any, where: str = "profile") -> Profile:
         raise ProfileError(f"{where}: {error}") from None
     for name in ("a", "b", "c", "floor", "d", "e", "f", "request_overhead_ms"):
         value = getattr(profile, name)
-        if not isinstance(value, int | float) or value < 0 or value != value:
-            raise ProfileError(f"{where}.{name}: must be a number >= 0, got {value!r}")
+        if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+            raise ProfileError(f"{where}.{name}: must be a finite number >= 0, got {value!r}")
     if profile.mixed_step not in ("max", "sum"):
         raise ProfileError(f"{where}.mixed_step: max or sum, got {profile.mixed_step!r}")
     if profile.constant_step_ms is not None and not profile.constant_step_ms > 0:
