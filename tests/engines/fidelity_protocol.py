@@ -15,8 +15,17 @@ The protocol, and why each step:
   measured run (the FCFS engine had been warmed by the profile), and in CI every real
   priority run was slower than every FCFS run (TPOT p50 8.4 and 6.6 ms against 4.9 and 5.3):
   an engine difference the simulator was blamed for.
-- **Profile the FCFS engine**, warm, with `fairbench profile` (one profile serves both
-  simulated policies: the engine's speed does not depend on its queue order).
+- **Profile the engine around each run**: `fairbench profile` (two rounds, about 7 s) right
+  before each run, of the engine about to run, and once after the last; the probes on either
+  side of a run, merged (`fairbench profile --merge`), are the profile of its simulated twin
+  (the probe between two runs serves both: the engines share the core whose speed drifts).
+  Why: measured here, one profile fitted before all the runs described them badly — the
+  one-core engine's decode constant `d` took 5.36, 6.48, 4.42 and 3.51 ms in four tests within
+  35 minutes, and its TPOT p50 moved 5.7 → 7.9 ms over one test's six runs. Bracketed, the
+  drift is measured rather than suffered, and the probes show what no single profile can
+  absorb: in one test `d` went 4.03 → 7.18 ms across one 30 s run. Every probe merged is the
+  engine over the whole test: the simulated A/B (one profile for both policies, as a user
+  would sweep) runs on it.
 - **Interleave the measured runs**: FCFS 1, priority 1, FCFS 2, priority 2, FCFS 3,
   priority 3. The engine's own speed drifts on a shared machine; run back to back per policy,
   a drift lands between the policies, where it looks like the policy's effect; interleaved, it
@@ -36,6 +45,7 @@ import contextlib
 import os
 import subprocess
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -96,49 +106,84 @@ def generator_cores() -> Iterator[None]:
         os.sched_setaffinity(0, cores)
 
 
-def live_runs(
-    python: str, model: Path, work: Path, cli: Cli, budget_s: int = 60
-) -> tuple[Path, dict[str, list[Path]], str]:
-    """Warm, profile and run both policies interleaved; (profile, runs per policy, the profile
-    command's output)."""
-    profile = work / "cpu-vllm.yaml"
+# A probe between runs: two rounds of `fairbench profile`'s experiment (about 7 s on the CPU
+# vLLM; a run's profile pools the four rounds of the probes before and after it)
+PROBE = ("--rounds", "2", "--max-num-seqs", str(MAX_NUM_SEQS),
+         "--max-num-batched-tokens", str(BUDGET_TOKENS))  # fmt: skip
+
+
+@dataclass
+class LiveRuns:
+    """What the live half produced: per policy, the runs in order and, for each, the profile
+    merged from the probes right before and right after it; every probe merged; the probes'
+    and merges' output."""
+
+    runs: dict[str, list[Path]]
+    around: dict[str, list[Path]]
+    whole: Path
+    log: str
+
+
+def live_runs(python: str, model: Path, work: Path, cli: Cli, budget_s: int = 30) -> LiveRuns:
+    """Warm both engines, then run both policies interleaved, each run between two probes
+    (`budget_s` each at most)."""
     runs: dict[str, list[Path]] = {p: [] for p in POLICIES}
+    around: dict[str, list[Path]] = {p: [] for p in POLICIES}
+    probes: list[Path] = []
+    log: list[str] = []
     fcfs = VLLMServer(python, model, work / "vllm-fcfs.log", policy="fcfs", extra=NO_CACHE)
     priority = VLLMServer(
         python, model, work / "vllm-priority.log", policy="priority", extra=NO_CACHE
     )
     servers = {"fcfs": fcfs, "priority": priority}
+
+    def probe(server: VLLMServer, out: Path) -> Path:
+        # each probe its own prompts (a prefix cache must never serve a probe's prefill)
+        log.append(checked(
+            cli, "profile", "--target-url", server.url, "--out", str(out), *PROBE,
+            "--budget", str(budget_s), "--seed", str(len(probes)), timeout=budget_s + 300,
+        ))  # fmt: skip
+        probes.append(out)
+        return out
+
+    def merge(parts: list[Path], out: Path) -> Path:
+        merged = [f"--merge={p}" for p in parts]
+        log.append(checked(cli, "profile", *merged, "--out", str(out), timeout=300))
+        return out
+
     with fcfs, priority, generator_cores():
         for policy, server in servers.items():  # exit 1 (INVALID) is fine for a warm-up
             checked(
                 cli, "run", str(SCENARIO), "--target-url", server.url, "--quiet",
                 "--out", str(work / f"warm-{policy}"), *OPERATING_POINT, *RELAX, *WARMUP, ok=(0, 1),
             )  # fmt: skip
-        probe = checked(
-            cli, "profile", "--target-url", fcfs.url, "--out", str(profile),
-            "--max-num-seqs", str(MAX_NUM_SEQS), "--max-num-batched-tokens", str(BUDGET_TOKENS),
-            "--budget", str(budget_s), timeout=budget_s + 340,
-        )  # fmt: skip
-        for k in range(1, ROUNDS + 1):
-            for policy, server in servers.items():  # an INVALID run exits 1: an error here
-                out = work / f"{policy}-{k}"
-                checked(
-                    cli, "run", str(SCENARIO), "--target-url", server.url, "--out", str(out),
-                    "--quiet", *OPERATING_POINT, *RELAX,
-                )  # fmt: skip
-                runs[policy].append(out)
-    return profile, runs, probe
+        order = [(policy, k) for k in range(1, ROUNDS + 1) for policy in POLICIES]
+        # one probe before each run, of the engine about to run, and one after the last: the
+        # probe between two runs brackets both (the engines share the core whose speed drifts)
+        edge = probe(servers[order[0][0]], work / "probe-0.yaml")
+        for i, (policy, k) in enumerate(order, 1):  # an INVALID run exits 1: an error here
+            out = work / f"{policy}-{k}"
+            checked(
+                cli, "run", str(SCENARIO), "--target-url", servers[policy].url, "--out",
+                str(out), "--quiet", *OPERATING_POINT, *RELAX,
+            )  # fmt: skip
+            runs[policy].append(out)
+            following = order[i][0] if i < len(order) else policy
+            before, edge = edge, probe(servers[following], work / f"probe-{i}.yaml")
+            around[policy].append(merge([before, edge], work / f"around-{policy}-{k}.yaml"))
+    whole = merge(probes, work / "whole.yaml")
+    return LiveRuns(runs, around, whole, "".join(log))
 
 
-def sim_scenario(work: Path, policy: str, profile: Path) -> Path:
+def sim_scenario(work: Path, policy: str, profile: Path, name: str) -> Path:
     """The live scenario, simulated: the same workloads, tenants and run (so, with the same
     overrides, the same plan), target sim, vLLM's scheduler on the fitted profile."""
     doc = yaml.safe_load(SCENARIO.read_text(encoding="utf-8"))
     # the simulated vLLM ranks a request by its SLO class's priority; the live target sends
     # target.priority's values: the same numbers go to the classes (the plan does not change)
     ranks = doc["target"]["priority"]["values"]
-    for name, cls in doc["slo_classes"].items():
-        cls["priority"] = ranks[name]
+    for cls_name, cls in doc["slo_classes"].items():
+        cls["priority"] = ranks[cls_name]
     doc["target"] = {"kind": "sim"}
     doc["scheduler"] = {
         "engine": "vllm",
@@ -147,19 +192,27 @@ def sim_scenario(work: Path, policy: str, profile: Path) -> Path:
         "max_num_seqs": MAX_NUM_SEQS,
         "max_num_batched_tokens": BUDGET_TOKENS,
     }
-    path = work / f"sim-{policy}.yaml"
+    path = work / f"{name}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
     return path
 
 
-def sim_runs(work: Path, profile: Path, cli: Cli) -> dict[str, Path]:
-    """Each policy simulated on the fitted profile, with the live runs' overrides."""
-    sims: dict[str, Path] = {}
-    for policy in POLICIES:
-        out = work / f"sim-{policy}"
-        checked(
-            cli, "run", str(sim_scenario(work, policy, profile)), "--out", str(out), "--quiet",
-            *OPERATING_POINT, *RELAX,
-        )  # fmt: skip
-        sims[policy] = out
-    return sims
+def sim_runs(work: Path, live: LiveRuns, cli: Cli) -> tuple[dict[str, list[Path]], dict[str, Path]]:
+    """Each live run's simulated twin (its policy, on the profile probed around it), and the
+    simulated A/B: each policy on the whole test's profile. All with the live runs' overrides
+    (so the same plan)."""
+
+    def simulate(policy: str, profile: Path, out: Path) -> Path:
+        scenario = sim_scenario(work, policy, profile, out.name)
+        checked(cli, "run", str(scenario), "--out", str(out), "--quiet", *OPERATING_POINT, *RELAX)
+        return out
+
+    twins = {
+        policy: [
+            simulate(policy, profile, work / f"sim-{policy}-{k}")
+            for k, profile in enumerate(live.around[policy], 1)
+        ]
+        for policy in POLICIES
+    }
+    ab = {policy: simulate(policy, live.whole, work / f"sim-{policy}") for policy in POLICIES}
+    return twins, ab
