@@ -686,6 +686,18 @@ class Fit:
     n: int  # design points
     raw: list[dict[str, Any]]  # every observation of every round
 
+    def summary(self) -> dict[str, Any]:
+        """What the profile's `fit:` block says of this fit (a probe's or a merge's)."""
+        return {
+            "overhead_ms": self.coefficients["overhead"],
+            "stderr": self.stderr,
+            "rms_relative_residual": round(self.rms_relative, 4),
+            "mixed_step": f"{self.form}: the smaller RMS relative residual of the two forms "
+            f"({self.rms_by_form})",
+            "design_points": self.n,
+            "observations": len(self.raw),
+        }
+
     def profile_fields(self) -> dict[str, float]:
         """The profile's fields: the step coefficients, and the request overhead as
         `request_overhead_ms` (the sim target adds it to each request's way in)."""
@@ -800,13 +812,7 @@ def profile_document(result: ProbeResult, the_fit: Fit, name: str) -> dict[str, 
     doc["fit"] = {
         "method": "scipy.optimize.least_squares, relative residuals, soft-L1 (f_scale 0.25), "
         "coefficients >= 0; overhead_ms is the request overhead in every TTFT (not a step cost)",
-        "overhead_ms": the_fit.coefficients["overhead"],
-        "stderr": the_fit.stderr,
-        "rms_relative_residual": round(the_fit.rms_relative, 4),
-        "mixed_step": f"{the_fit.form}: the smaller RMS relative residual of the two forms "
-        f"({the_fit.rms_by_form})",
-        "design_points": the_fit.n,
-        "observations": len(the_fit.raw),
+        **the_fit.summary(),
         "rounds": result.rounds,
         "probe_seconds": round(result.seconds, 1),
         "truncated_by_budget": result.truncated,
@@ -968,13 +974,7 @@ def merge_profiles(
     ]
     out["fit"] = {
         **first["fit"],
-        "overhead_ms": the_fit.coefficients["overhead"],
-        "stderr": the_fit.stderr,
-        "rms_relative_residual": round(the_fit.rms_relative, 4),
-        "mixed_step": f"{the_fit.form}: the smaller RMS relative residual of the two forms "
-        f"({the_fit.rms_by_form})",
-        "design_points": the_fit.n,
-        "observations": len(the_fit.raw),
+        **the_fit.summary(),
         "rounds": sum(s["rounds"] for s in sources if isinstance(s["rounds"], int)),
         "probe_seconds": round(
             sum(float(v) for s in sources if isinstance(v := s["probe_seconds"], int | float)), 1
