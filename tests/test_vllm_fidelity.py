@@ -34,19 +34,21 @@ asserted — measured here, 2026-12-01, four runs of this protocol in 35 minutes
   real, slower engine still queued: there is no load on this box that is both below the knee
   for every run and above it enough for priority to matter.
 
-With the engine probed between the runs (the protocol now; 2026-12-01, two tests, the first
+With the engine probed between the runs (the protocol now; 2026-12-01, three tests, the first
 with a probe of its own before and after each run): every run's twin now has the engine's speed
 of that moment — the twins' TPOT p50 follow the real runs' (real 6.54/9.71/7.74 ms FCFS, twins
 5.99/8.37/7.73) where one profile gave every run one speed — and the probes show what no
-profile absorbs: `d` went 4.03 → 7.18 ms across one 30 s run, 3.44 → 5.66 across another. The
-first FCFS run's errors, on the engine steadiest across it (d 3.65/3.44), were E2E p50 −12.2%
-and −8.6%, TTFT p50 −20.3% and −15.6%, TTFT p99 −13.9% and −26.3% (chat, flood); priority's
-−19% to −60%; in the test whose engine was past its knee (TTFT p50 0.16–1.6 s) −50% to −83% and
-+218% in a later run. Two things remain beside the drift within a run: the real runs' TPOT p50
-was above their twins' in 9 of 12 runs (one by 0.1%, the largest by 21%; a guess, not yet
-tested: the probe's few streams load the core less than a live run, whose API server shares
-it), and the simulated TTFT p50 of priority runs is low throughout. The verdict held in both:
-real `better` −69.7% and −75.2%, simulated `better` −64.8% and −67.3%.
+profile absorbs: `d` went 4.03 → 7.18 ms across one 30 s run, 3.44 → 5.66 across another, and
+in one run the engine stalled between two steady probes (TPOT p50 9.97 ms against 7.90, TTFT
+p50 2.3 s against 0.10). The first FCFS run's errors (chat, flood) were E2E p50 −12.2% and
+−8.6%, TTFT p50 −20.3% and −15.6%, TTFT p99 −13.9% and −26.3% in the second test, and −4.3% and
++2.9%, −4.3% and +30.7%, +0.2% and +16.6% in the third; priority's first runs −19% to −62%; in
+the first test, whose engine was past its knee (TTFT p50 0.16–1.6 s), −50% to −83%. Two things
+remain beside the drift within a run: the real runs' TPOT p50 was above their twins' in 13 of
+18 runs (the largest by 26%; a guess, not yet tested: the probe's few streams load the core
+less than a live run, whose API server shares it), and the simulated TTFT p50 of priority runs
+is low throughout. The verdict held in all three: real `better` −69.7%, −75.2%, −64.7%;
+simulated `better` −64.8%, −67.3%, −56.3%.
 
 The verdict held in every 7/s run (three tests, one profile before the runs): real `better`
 (pair changes −77/−74/−71%, −53/−67/−53%, −45/−71/−72%), simulated `better` (−55%, −78%, −67%).
