@@ -11,9 +11,9 @@ pay for the stages after it.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from fairbench._lazy import lazy_exports
 from fairbench._version import __version__
 
 _API = {
@@ -87,14 +87,4 @@ if TYPE_CHECKING:  # pragma: no cover
     from fairbench.workload import Scenario, ScenarioError, load_scenario, parse_scenario
 
 
-def __getattr__(name: str) -> Any:
-    module = _API.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fairbench' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_API))
+__getattr__, __dir__ = lazy_exports(__name__, _API, globals())

@@ -20,6 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 # Each package may import only packages on its left (and itself).
 FAIRBENCH_LAYERS = [
     "fairbench._version",
+    "fairbench._lazy",
     "fairbench.workload",
     "fairbench.plan",
     "fairbench.targets",
@@ -211,3 +212,17 @@ def test_every_module_opens_with_why_it_exists() -> None:
         if not ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))):
             missing.append(str(path.relative_to(REPO)))
     assert not missing, missing
+
+
+def test_no_lazily_exported_name_is_a_submodule() -> None:
+    """A package's lazy name (fairbench/_lazy.py) that is also one of its submodules would be
+    rebound to the module the moment anything imports that submodule."""
+    clashes = []
+    for package in _packages():
+        mod = importlib.import_module(package)
+        api = getattr(mod, "_API", None)
+        if not isinstance(api, dict) or not hasattr(mod, "__path__"):
+            continue
+        subs = {m.name for m in pkgutil.iter_modules(mod.__path__)}
+        clashes += [f"{package}.{name}" for name in api if name in subs]
+    assert not clashes, clashes

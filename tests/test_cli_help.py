@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -92,3 +93,25 @@ def test_every_option_and_argument_has_help() -> None:
     ]
     missing += [f"fairbench {p.name}" for p in group.params if not getattr(p, "help", None)]
     assert missing == []
+
+
+# What a command that only parses its flags (help, a refusal, `validate`) must not import: each
+# is about half a second of CPU or more (fairbench/_lazy.py says why it matters).
+HEAVY = ("pandas", "scipy", "aiohttp", "plotly")
+
+
+@pytest.mark.parametrize(
+    "argv", [["--help"], ["run", "--help"], ["compare", "--no-such-flag"]], ids=" ".join
+)
+def test_parsing_a_command_imports_no_heavy_library(argv: list[str]) -> None:
+    code = (
+        "import sys\n"
+        "from fairbench.cli import main\n"
+        f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
+        f"print(' '.join(m for m in {HEAVY!r} if m in sys.modules))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=ENV, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "", f"{argv} imported {proc.stdout.splitlines()[-1]}"

@@ -9,8 +9,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from fairbench.analysis import registry
-
 
 def register(app: typer.Typer) -> None:
     @app.command(name="metrics")
@@ -20,6 +18,8 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """List every metric: name, unit, direction, groups and definition."""
+        from fairbench.analysis import registry  # scipy: only for this command, not every one
+
         if markdown:
             sys.stdout.write(registry.reference_markdown() + "\n")
             return

@@ -6,18 +6,26 @@ reference scheduler's config and fault models, whose fields a scenario embeds); 
 package may import it.
 """
 
-from fairbench.workload.scenario import (
-    Scenario,
-    ScenarioError,
-    Tenant,
-    Workload,
-    json_schema,
-    load_scenario,
-    parse_scenario,
-    read_yaml,
-)
-from fairbench.workload.traces import TraceError, read_trace
-from fairbench.workload.units import parse_duration, parse_rate
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fairbench._lazy import lazy_exports
+
+_API = {
+    "Scenario": "fairbench.workload.scenario",
+    "ScenarioError": "fairbench.workload.scenario",
+    "Tenant": "fairbench.workload.scenario",
+    "TraceError": "fairbench.workload.traces",
+    "Workload": "fairbench.workload.scenario",
+    "json_schema": "fairbench.workload.scenario",
+    "load_scenario": "fairbench.workload.scenario",
+    "parse_duration": "fairbench.workload.units",
+    "parse_rate": "fairbench.workload.units",
+    "parse_scenario": "fairbench.workload.scenario",
+    "read_trace": "fairbench.workload.traces",
+    "read_yaml": "fairbench.workload.scenario",
+}
 
 __all__ = [
     "Scenario",
@@ -33,3 +41,19 @@ __all__ = [
     "read_trace",
     "read_yaml",
 ]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fairbench.workload.scenario import (
+        Scenario,
+        ScenarioError,
+        Tenant,
+        Workload,
+        json_schema,
+        load_scenario,
+        parse_scenario,
+        read_yaml,
+    )
+    from fairbench.workload.traces import TraceError, read_trace
+    from fairbench.workload.units import parse_duration, parse_rate
+
+__getattr__, __dir__ = lazy_exports(__name__, _API, globals())

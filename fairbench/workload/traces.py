@@ -11,6 +11,9 @@
 
 A malformed row is reported as `file:line: problem`; the whole file is rejected rather than
 silently replayed without it.
+
+pandas is imported by the CSV readers that use it, not at the top: every command imports this
+module (for `TraceError`), and pandas is half a second of CPU that `--help` need not pay.
 """
 
 from __future__ import annotations
@@ -18,9 +21,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 class TraceError(Exception):
@@ -139,6 +145,8 @@ def read_mooncake(path: Path) -> TraceRows:
 
 
 def _read_csv(path: Path) -> pd.DataFrame:
+    import pandas as pd
+
     try:
         frame = pd.read_csv(path, dtype=str, skipinitialspace=True, keep_default_na=False)
     except (pd.errors.ParserError, UnicodeDecodeError) as error:
@@ -158,6 +166,8 @@ def _column(frame: pd.DataFrame, path: Path, names: tuple[str, ...]) -> str:
 
 
 def _integers(frame: pd.DataFrame, column: str, path: Path, low: int) -> np.ndarray:
+    import pandas as pd
+
     values = pd.to_numeric(frame[column], errors="coerce")
     bad = values.isna() | (values < low) | (values != np.floor(values))
     if bad.any():
@@ -179,6 +189,8 @@ def _finish(
 
 
 def read_azure(path: Path) -> TraceRows:
+    import pandas as pd
+
     frame = _read_csv(path)
     ts_col = _column(frame, path, ("TIMESTAMP",))
     stamps = pd.to_datetime(frame[ts_col], format="ISO8601", errors="coerce", utc=True)
@@ -193,6 +205,8 @@ def read_azure(path: Path) -> TraceRows:
 
 
 def read_burstgpt(path: Path) -> TraceRows:
+    import pandas as pd
+
     frame = _read_csv(path)
     ts_col = _column(frame, path, ("Timestamp",))
     t = pd.to_numeric(frame[ts_col], errors="coerce")
