@@ -1,12 +1,12 @@
 """Names of a package loaded on first use (PEP 562), so that importing a package for one light
 module does not import the heavy ones beside it.
 
-Why: `fairbench --help`, `validate` and every one-line refusal import the scenario model, whose
-package also re-exports the trace readers (pandas); the metric registry's package also
-re-exports the summary (scipy, the run stage, aiohttp). Imported eagerly, every command paid
+Why: every command, `--help` and each one-line refusal included, imports the scenario model,
+whose package also re-exports the trace readers (pandas); and the analysis package re-exports
+the summary, which imports the run stage (scipy, aiohttp). Imported eagerly, every command paid
 about two seconds of CPU before it parsed a flag. A name exported this way must not be the name
-of one of the package's submodules: importing that submodule would rebind the name to it
-(tests/test_architecture.py checks).
+of one of the package's submodules: importing that submodule would rebind the name to it. The
+package's `_API` is what tests/test_architecture.py reads, both for that and for the layers.
 """
 
 from __future__ import annotations

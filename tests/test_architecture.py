@@ -2,7 +2,8 @@
 exactly what is declared.
 
 The graph counts every import a module can execute — at the top, inside functions, under
-TYPE_CHECKING — so a lazy import cannot hide a cycle or a layer broken the wrong way.
+TYPE_CHECKING, and the modules a package's lazy `_API` names (fairbench/_lazy.py) — so a lazy
+import cannot hide a cycle or a layer broken the wrong way.
 """
 
 from __future__ import annotations
@@ -74,6 +75,17 @@ def import_graph() -> dict[str, set[str]]:
                 subs = [f"{mod}.{a.name}" for a in node.names if f"{mod}.{a.name}" in modules]
                 names = [a for a in node.names if f"{mod}.{a.name}" not in modules]
                 targets = subs + ([mod] if names else [])
+            elif (
+                isinstance(node, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == "_API" for t in node.targets)
+                and isinstance(node.value, ast.Dict)
+            ):
+                # a package's lazy names (fairbench/_lazy.py): each value is a module it imports
+                targets = [
+                    v.value
+                    for v in node.value.values
+                    if isinstance(v, ast.Constant) and isinstance(v.value, str)
+                ]
             for target in targets:
                 if target in modules and target != name:
                     graph[name].add(target)

@@ -18,7 +18,7 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """List every metric: name, unit, direction, groups and definition."""
-        from fairbench.analysis import registry  # scipy: only for this command, not every one
+        from fairbench.analysis import registry  # pandas, scipy: for this command only
 
         if markdown:
             sys.stdout.write(registry.reference_markdown() + "\n")
