@@ -560,6 +560,9 @@ def register(app: typer.Typer) -> None:
             table.add_column(col, justify="left" if col == "coefficient" else "right")
         for key, value in fit.coefficients.items():
             table.add_row(key, f"{value:.4g}", f"{fit.stderr[key]:.2g}")
+        if fit.front_end is not None:  # a median, with its median absolute deviation
+            fe = fit.front_end
+            table.add_row("front end (core)", f"{fe['core_ms']:.4g}", f"MAD {fe['mad_ms']:.2g}")
         out.print(table)
         out.print(
             f"{result.rounds} round(s) of the probe in {result.seconds:.0f} s"

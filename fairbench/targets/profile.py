@@ -27,7 +27,18 @@ The experiment, one phase at a time (nothing else should load the engine meanwhi
    decode streams' gap that ends with its first token is the mixed step: its prefill chunk and
    the B decode tokens in one pass. This is what separates `a` from the request overhead.
 
-The three phases are one round; rounds repeat while the budget lasts (a round starts only if
+4. **Front end.** While B streams decode, `front_end_requests` short requests (32 tokens,
+   `max_tokens=1`) are sent one after another. Each costs the running batch its own prefill
+   chunk (the fitted step form predicts it) plus whatever core time its HTTP parsing,
+   tokenisation and response handling take from the engine's steps: nothing where the API
+   server runs on cores the steps do not need (a GPU engine's host), its whole front end where
+   it shares the engine's core (a CPU engine). Observed: the decode streams' time over the
+   stretch beside those requests, less as many of their own steady steps, per request. After
+   the fit, each observation less its predicted chunk is one estimate of the stolen time; their
+   median (at least 0) is the profile's `front_end_core_ms`, which the simulated engines
+   charge to the steps of a busy engine per arriving request (costmodel says how).
+
+The four phases are one round; rounds repeat while the budget lasts (a round starts only if
 one as long as the longest so far still fits; `max_rounds` at most), and the fit takes the
 median of each design point over the rounds, so one slow round (a neighbour's burst, a late
 wake) does not move it. Prompts are distinct random words (an engine's prefix cache must not
@@ -157,6 +168,7 @@ class ProbeDesign:
     decode_tokens: int = 24
     mixed_batch: int = 4
     mixed_prompts: tuple[int, ...] = (256, 512, 1024)
+    front_end_requests: int = 8  # small requests per front-end observation (0: no phase)
     budget_s: float = 240.0
     max_rounds: int = 8
     seed: int = 0
@@ -548,6 +560,23 @@ def gap_at(streams: Sequence[Stream], at_ns: int) -> float | None:
     return float(np.median(steps)) / 1e6 if steps else None
 
 
+def front_end_extra(streams: Sequence[Stream], t0_ns: int, t1_ns: int, k: int) -> float | None:
+    """Milliseconds per request that `k` requests sent over [t0, t1] added to the decode
+    streams' steps: per stream, from its last token before t0 to its first after t1, the time
+    taken less as many of its steady gaps (the median gap before t0), over k; the median over
+    streams. None when a stream ended inside the stretch or had too few tokens before it."""
+    extras = []
+    for s in streams:
+        t = np.array(s.token_ns, dtype=np.int64)
+        lo = int(np.searchsorted(t, t0_ns)) - 1  # the last token before the stretch
+        hi = int(np.searchsorted(t, t1_ns, side="right"))  # the first after it
+        if lo < 3 or hi >= len(t):
+            continue
+        steady = float(np.median(np.diff(t[: lo + 1])))
+        extras.append((float(t[hi] - t[lo]) - (hi - lo) * steady) / k)
+    return float(np.median(extras)) / 1e6 if extras else None
+
+
 async def one_round(
     client: Client, design: ProbeDesign, key: int, say: Progress
 ) -> list[Observation]:
@@ -569,7 +598,8 @@ async def one_round(
         if n + batch <= design.max_num_batched_tokens
         and design.fits_kv(batch + 1, max(n, 32), tokens)
     ]
-    total = len(lengths) * design.prefill_reps + len(configs) + len(mixed)
+    front = design.front_end_requests > 0 and design.fits_kv(batch + 1, 32, tokens)
+    total = len(lengths) * design.prefill_reps + len(configs) + len(mixed) + int(front)
     done = 0
 
     def step(phase: str) -> None:
@@ -611,6 +641,25 @@ async def one_round(
             n_real = int(long.prompt_tokens or n)
             obs.append(Observation("mixed", n_real, batch, context, gap, f"mixed {n}+{batch}"))
         step("mixed")
+    if front:
+        k = design.front_end_requests
+        live = [Stream(0) for _ in range(batch)]
+        decoders = [asyncio.create_task(client.stream(32, tokens, s)) for s in live]
+        await _until(live, 4, decoders)  # each has decoded a few steady steps
+        t0 = time.perf_counter_ns()
+        sides = [await client.stream(32, 1) for _ in range(k)]
+        t1 = time.perf_counter_ns()
+        streams = await asyncio.gather(*decoders)
+        extra = front_end_extra(streams, t0, t1, k)
+        if extra is not None:
+            at = (t0 + t1) // 2
+            made = np.mean([sum(1 for t in s.token_ns if t <= at) for s in streams])
+            prompt = int(np.mean([s.prompt_tokens or 32 for s in streams]))
+            n_side = int(np.median([s.prompt_tokens or 32 for s in sides]))
+            context = round(batch * (prompt + made))
+            point = f"frontend {k}x32+{batch}"
+            obs.append(Observation("frontend", n_side, batch, context, extra, point))
+        step("front end")
     return obs
 
 
@@ -685,11 +734,14 @@ class Fit:
     rms_by_form: dict[str, float]
     n: int  # design points
     raw: list[dict[str, Any]]  # every observation of every round
+    # the front end's core time per request, from the front-end phase (None: not probed)
+    front_end: dict[str, Any] | None = None
 
     def summary(self) -> dict[str, Any]:
         """What the profile's `fit:` block says of this fit (a probe's or a merge's)."""
         return {
             "overhead_ms": self.coefficients["overhead"],
+            **({"front_end": self.front_end} if self.front_end is not None else {}),
             "stderr": self.stderr,
             "rms_relative_residual": round(self.rms_relative, 4),
             "mixed_step": f"{self.form}: the smaller RMS relative residual of the two forms "
@@ -702,7 +754,10 @@ class Fit:
         """The profile's fields: the step coefficients, and the request overhead as
         `request_overhead_ms` (the sim target adds it to each request's way in)."""
         fields = {k: v for k, v in self.coefficients.items() if k != "overhead"}
-        return {**fields, "request_overhead_ms": self.coefficients["overhead"]}
+        fields["request_overhead_ms"] = self.coefficients["overhead"]
+        if self.front_end is not None:
+            fields["front_end_core_ms"] = self.front_end["core_ms"]
+        return fields
 
 
 def medians(obs: Sequence[Observation]) -> list[Observation]:
@@ -729,11 +784,39 @@ def medians(obs: Sequence[Observation]) -> list[Observation]:
 
 def fit(raw: Sequence[Observation]) -> Fit:
     """Both forms of the mixed step fitted; the one with the smaller residuals is kept (a GPU
-    hides a prefill chunk in the decode step, a CPU adds it: the data say which)."""
-    fits = {form: fit_form(raw, form) for form in ("max", "sum")}
+    hides a prefill chunk in the decode step, a CPU adds it: the data say which). Then the
+    front end's core time, from the front-end phase's observations (`front_end_core`)."""
+    steps = [o for o in raw if o.kind != "frontend"]
+    fits = {form: fit_form(steps, form) for form in ("max", "sum")}
     best = min(fits.values(), key=lambda f: f.rms_relative)
     best.rms_by_form = {form: round(f.rms_relative, 4) for form, f in fits.items()}
+    front = [o for o in raw if o.kind == "frontend"]
+    if front:
+        best.front_end = front_end_core(front, best)
+        best.raw += [{**asdict(o), "ms": round(o.ms, 3)} for o in front]
     return best
+
+
+def front_end_core(front: Sequence[Observation], the_fit: Fit) -> dict[str, Any]:
+    """The core time one request's front end takes from a busy engine's steps: each front-end
+    observation (the time a small request added to the running batch) less the prefill chunk
+    the fitted step form predicts for it; the median over observations, at least 0, with the
+    median absolute deviation beside it."""
+    c = the_fit.coefficients
+    prof = Profile("fit", **{k: c[k] for k in "abcdef"}, kv_cache_tokens=1, mixed_step=the_fit.form)
+    stolen = np.array(
+        [o.ms - (prof.step_ms(o.n, o.batch, o.context) - prof.step_ms(0, o.batch, o.context))
+         for o in front]
+    )  # fmt: skip
+    middle = float(np.median(stolen))
+    return {
+        "core_ms": float(f"{max(0.0, middle):.4g}"),
+        "median_ms": round(middle, 4),
+        "mad_ms": round(float(np.median(np.abs(stolen - middle))), 4),
+        "observations": len(front),
+        "method": "the time a small request added to a running batch's steps, less its "
+        "prefill chunk by the fitted form; median over observations, at least 0",
+    }
 
 
 def fit_form(raw: Sequence[Observation], form: str) -> Fit:
@@ -841,6 +924,7 @@ def profile_document(result: ProbeResult, the_fit: Fit, name: str) -> dict[str, 
             "decode_tokens": design.decode_tokens,
             "mixed_batch": design.mixed_batch,
             "mixed_prompts": list(design.mixed_prompts),
+            "front_end_requests": design.front_end_requests,
             "max_rounds": design.max_rounds,
             "seed": design.seed,
         },
@@ -917,8 +1001,9 @@ def probe_data(doc: dict[str, Any], where: str) -> list[Observation]:
         obs = [Observation(**row) for row in rows]
     except TypeError:
         raise MergeError(f"{where}: fit.data is not `fairbench profile`'s probe data") from None
-    for o in obs:
-        if not isinstance(o.ms, int | float) or not math.isfinite(o.ms) or o.ms <= 0:
+    for o in obs:  # a front-end observation is a difference: it may be 0 or below
+        low = -math.inf if o.kind == "frontend" else 0.0
+        if not isinstance(o.ms, int | float) or not math.isfinite(o.ms) or o.ms <= low:
             raise MergeError(f"{where}: fit.data has a step of {o.ms!r} ms ({o.key})")
     return obs
 

@@ -146,6 +146,8 @@ class Engine:
         if not keep_history:
             self.preemption.log = deque(maxlen=1024)  # type: ignore[assignment]
         self.tier_ranks = sorted(spec.tier_ranks.items(), key=lambda kv: kv[1])
+        # the front end's core time per request, charged to a busy replica as it admits it
+        self._steal_ns = round(self.profile.front_end_core_ms * 1e6)
 
     # ------------------------------------------------------------------ requests
 
@@ -363,6 +365,8 @@ class Engine:
             self._start(rep, cand, need, now_ns)
 
     def _start(self, rep: Replica, job: Job, need: int, now_ns: int) -> None:
+        if self._steal_ns and rep.running:  # its front end took core time from running work
+            rep.extra_ns += self._steal_ns
         rep.free_blocks -= need
         rep.slots += 1
         rep.running[job.id] = job

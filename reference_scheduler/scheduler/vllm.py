@@ -31,7 +31,10 @@ rule by rule (learned from the source, not copied; file paths are in vllm-projec
 
 What is not modelled: prefix caching, speculative decoding, async scheduling, the KV watermark,
 `long_prefill_token_threshold`, structured output, LoRA limits, data parallelism. The step's
-time is the profile's cost of its prefill tokens and decode sequences, as for `engine.Engine`.
+time is the profile's cost of its prefill tokens and decode sequences, as for `engine.Engine`,
+plus the profile's `front_end_core_ms` for every request that arrived while the engine was
+running requests since the last step began: the core time its API server took from the steps
+(a CPU engine's; costmodel says why).
 
 It emits the same `StepResult` events and keeps the same per-job fields, so the virtual driver
 (`drivers/virtual.py`) and `fairbench`'s `sim` target run it unchanged. A job's tokens are kept
@@ -111,7 +114,7 @@ class WaitingQueue:
 class VllmReplica:
     """One vLLM instance's state: the running list, the free KV blocks, the step history."""
 
-    __slots__ = ("decode_ends", "free_blocks", "index", "noise", "result", "running")
+    __slots__ = ("decode_ends", "free_blocks", "index", "noise", "result", "running", "stolen_ns")
 
     def __init__(self, index: int, blocks: int) -> None:
         self.index = index
@@ -120,6 +123,7 @@ class VllmReplica:
         self.decode_ends: list[int] = []  # the end time of every step (tokens index into it)
         self.result = StepResult(index)
         self.noise: StepNoise | None = None
+        self.stolen_ns = 0  # the front end's core time taken since the last step began
 
     @property
     def steps(self) -> int:
@@ -150,6 +154,7 @@ class VllmEngine:
         self.preemptions = 0
         self.recompute_tokens = 0
         self._seq = 0
+        self._steal_ns = round(self.profile.front_end_core_ms * 1e6)
         noise = StepNoise.per_replica(
             config.spec.step_noise_cv, config.spec.seed, len(self.replicas)
         )
@@ -172,6 +177,9 @@ class VllmEngine:
         job.status = "waiting"
         job.prefill_left = job.prompt_tokens  # tokens not yet computed (num_tokens - computed)
         self.policy.add(job)
+        rep = self.replicas[0]
+        if self._steal_ns and rep.running:  # its front end ran while the engine stepped
+            rep.stolen_ns += self._steal_ns
         return ACCEPTED
 
     def cancel(self, job: Job, now_ns: int) -> bool:
@@ -339,7 +347,8 @@ class VllmEngine:
         ms = self.profile.step_ms(n_prefill, n_decode, context)
         if rep.noise is not None:
             ms *= rep.noise()
-        duration = int(ms * 1e6) or 1
+        duration = (int(ms * 1e6) or 1) + rep.stolen_ns
+        rep.stolen_ns = 0
         end = now_ns + duration
         k = len(rep.decode_ends)
         rep.decode_ends.append(end)
