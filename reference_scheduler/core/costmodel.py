@@ -36,9 +36,11 @@ the engine is busy slows the steps of every request it is running. The simulated
 it so: a request arriving while the engine (the replica that admits it) has work adds
 `front_end_core_ms` to the engine's next step. `fairbench profile` measures it (its front-end
 phase: how much a stream of small requests stretches a running batch's steps beyond their own
-prefill). Measured on the CPU vLLM on one core (tests/test_vllm_fidelity.py's protocol, 24.5
-req/s): the API server process took 0.21 of the core during a live run, and without this term
-the simulated twins' TPOT p50 was 5–10% low and their TTFT p50 26–57% low.
+prefill). On the CPU vLLM on one core it measured 0.0–0.7 ms (seven probes, 2026-12-02), though
+a lone 32-token request costs that engine's API server 1.5 ms and its engine-core process 0.7 ms
+of CPU: with a CPU engine's `mixed_step: sum`, each new request's chunk pays the constant `a`
+(1.7 ms there), which already carries that per-request work, and the front-end phase finds
+nothing beyond it.
 
 Profiles are data: one YAML file each in `profiles/`, with their sources; users add their own
 (`profile: path/to/file.yaml` or an inline mapping).

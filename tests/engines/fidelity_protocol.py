@@ -52,7 +52,11 @@ The protocol, and why each step:
   the simulator's errors all sat inside the issue's tolerances (MAPE 3.7% FCFS, 5.5%
   priority). On that engine's profile the simulated cut of chat's TTFT p99 was −23% to −39%
   at loads 0.66 to 0.70 (too close to the 25% the test asks of both) and −55% to −77% from
-  0.73 to 0.98; 0.8 is 21/s there and about 8/s on the slower VMs.
+  0.73 to 0.98; 0.8 is 21/s there and about 8/s on the slower VMs. That is near the knee: the
+  simulated engine was busy 93% of each run, the real one's core about 98% (per-process CPU
+  read from /proc), so the live-vs-simulated errors at this point are large (reported, not
+  asserted) while the verdict, the proof's assertion, is wide of its threshold (two tests:
+  real −65% and −68%, simulated −58% and −52%).
 """
 
 from __future__ import annotations
@@ -147,7 +151,9 @@ def engine_load(profile: Profile, rates: dict[str, float]) -> float:
     """The share of the engine's time the scenario's tenants ask for at `rates` (requests/s per
     tenant), by the profile: per request its prompt's prefill, its decode steps at a full batch
     (`max_num_seqs` sequences share each step), and its request overhead (on the CPU vLLM the
-    API server shares the engine's core), at the workload's mean lengths."""
+    API server shares the engine's core), at the workload's mean lengths. A lower bound of how
+    busy the engine is: a batch is not always full, and a step of fewer sequences costs nearly
+    as much (at 0.8 by this measure the simulated twins were busy 93% of the run)."""
     doc = yaml.safe_load(SCENARIO.read_text(encoding="utf-8"))
     batch = MAX_NUM_SEQS
     busy_ms = 0.0
