@@ -6,6 +6,11 @@ Without it the test is skipped, and the reason is printed (pytest runs with -rs)
 silently. The model is the tiny random-weight Llama of tests/engines/make_tiny_llama.py; the
 engine is confined to one core and the generator keeps the other (tests/engines/vllm_server.py).
 
+The load is a share of the engine, not a rate (tests/engines/load.py says why): the FCFS
+engine is probed first (`fairbench profile`, two rounds) and the flood's rate set so the plan
+asks for 0.9 of it by `engine_load` — what the scenario's own 10/s was on the slower one-core
+VMs this test was sized on (0.89), past the knee, so FCFS queues chat behind the flood.
+
 What must hold, on the same plan under each policy:
 - every planned request ends ok, and the run is valid (the generator kept its schedule);
 - prompts are calibrated exactly to the server's tokenizer (run.json's checks);
@@ -28,9 +33,11 @@ import pytest
 from fairbench.analysis import server_metrics as sm
 from fairbench.decide.compare import compare_dirs
 from tests.cli import REPO, run_cli
+from tests.engines.load import operating_point, probe
 from tests.engines.vllm_server import VLLMServer
 
 SCENARIO = REPO / "scenarios" / "vllm-priority.yaml"
+LOAD = 0.9  # of the probed engine (tests/engines/load.py): the scenario's 10/s on slower VMs
 pytestmark = pytest.mark.engine
 
 
@@ -39,10 +46,15 @@ def test_vllm_priority_beats_fcfs_for_interactive(
 ) -> None:
     python, model = vllm_model
     runs: dict[str, Path] = {}
+    point: list[str] = []  # the flood's rate, from a probe of the first engine
     for policy in ("fcfs", "priority"):
         log = tmp_path / f"vllm-{policy}.log"
         out = tmp_path / policy
         with VLLMServer(python, model, log, policy=policy) as server:
+            if not point:
+                probe(run_cli, server.url, tmp_path / "probe.yaml")
+                point = ["--set", operating_point(tmp_path / "probe.yaml", SCENARIO, "flood", LOAD)]
+                sys.stderr.write(f"operating point {point[1]} (load {LOAD:g})\n")
             # as a user runs it: its own process (not pytest's, with all it has imported)
             proc = run_cli(
                 "run",
@@ -52,6 +64,7 @@ def test_vllm_priority_beats_fcfs_for_interactive(
                 "--target-url",
                 server.url,
                 "--quiet",
+                *point,
                 timeout=600,
             )
         assert proc.returncode == 0, (policy, proc.stdout[-2000:], proc.stderr[-2000:])

@@ -6,9 +6,13 @@ FAIRBENCH_VLLM_PYTHON) serves the tiny Llama of tests/engines/make_tiny_llama.py
 `scenarios/gateway-vllm-vtc.yaml` puts the reference scheduler in front of it as a gateway
 (`target: {kind: reference, upstreams: [...]}`), so fairbench starts the gateway itself, once
 per run, with the run's policy. The engine is started once: only the gateway's policy changes
-between runs. A polite chat tenant (2 req/s) shares it with a document flood (12 req/s for
-8 s): about 600 output tokens/s asked of an engine that served 155–450 here, so a queue builds
-at the gateway, where the policy orders it (max_inflight = vLLM's --max-num-seqs).
+between runs. A polite chat tenant (2 req/s) shares it with a document flood for 8 s whose
+rate is set from a probe of the engine (`fairbench profile`, two rounds) so the plan asks for
+the engine's whole time by tests/engines/load.py's `engine_load` (a lower bound: really more):
+12/s on the one-core VMs this test was sized on, where that was about 600 output tokens/s asked
+of an engine that served 155–450, and 27/s on one whose engine stepped 2.5 times faster. So a
+queue builds at the gateway, where the policy orders it (max_inflight = vLLM's
+--max-num-seqs), whatever the core's speed: at a fixed 12/s that faster engine never queued.
 
 The design. Three seeds, each one plan, each run under all three policies, the order rotated
 (seed 1: F V D, seed 2: V D F, seed 3: D F V) so that drift in the engine's speed (the
@@ -28,14 +32,15 @@ What must hold:
   the engine;
 - compare's verdict on `ttft_p99.tenant.chat` is `better` for VTC over FIFO, and for DWRR over
   FIFO, and compare's printed table shows that verdict on the row;
-- capacity: the issue asks that total output throughput stay within 5% of FIFO's. The
-  summary's figure (output tokens of the window's ok requests ÷ the window) cannot tell: with
-  every request ending ok it counts what was asked, the same under any policy. What a policy
-  can cost is engine time left idle, so that is what is asserted — work conservation, above,
-  on every scrape of every run. Tokens over the makespan (what the engine did per second,
-  drain included) are printed, not asserted: on a shared two-core box the one-core engine's
-  speed moved from 155 to 318 tokens/s between runs with the neighbours' load, which is no
-  policy's doing and swamps a 5% bound.
+- capacity, as the issue asks: total output throughput within 5% of FIFO's. The summary's
+  figure (output tokens of the window's ok requests ÷ the window) cannot tell: with every
+  request ending ok it counts what was asked, the same under any policy. What the engine did
+  per second is tokens over the makespan (drain included), and that is what is held, mean over
+  the three seeds, within 5% of FIFO's — or within FIFO's own spread across its seeds where
+  that is larger (`check_capacity`): on a shared two-core box the one-core engine's speed once
+  moved from 155 to 318 tokens/s between runs with the neighbours' load, which is no policy's
+  doing. Work conservation, above, is the reason a policy cannot cost more: it can only idle
+  the engine, and every scrape of every run says it did not.
 
 Why DWRR is expected to win too: the tenants' weights are equal (the default 1), and DWRR's
 quantum is 1,024 tokens of cost (prompt + max_tokens; reference_scheduler/policies/dwrr.py).
@@ -91,6 +96,7 @@ import pytest
 
 from fairbench.analysis import server_metrics as sm
 from tests.cli import CLI, REPO
+from tests.engines.load import operating_point, probe
 from tests.engines.vllm_server import VLLMServer
 
 SCENARIO = REPO / "scenarios" / "gateway-vllm-vtc.yaml"
@@ -110,6 +116,9 @@ RELAX = (
     "health.max_receive_error_p99=120s",  # = run.timeout: see the docstring
 )
 ROW = f"ttft_p99.tenant.{POLITE}"
+# the flood's rate asks for this share of the probed engine (tests/engines/load.py): the
+# scenario's 12/s on the slower one-core VMs this test was sized on (0.99)
+LOAD = 1.0
 pytestmark = pytest.mark.engine
 
 
@@ -179,7 +188,10 @@ def test_vtc_and_dwrr_at_the_gateway_protect_the_polite_tenant_on_vllm(
     )
     with engine as server:
         warm_up(server.url)
-        sets = [f"target.upstreams.0.url={server.url}", *RELAX]
+        probe(cli, server.url, tmp_path / "probe.yaml")
+        flood = operating_point(tmp_path / "probe.yaml", SCENARIO, "flood", LOAD)
+        sys.stderr.write(f"operating point {flood} (load {LOAD:g})\n")
+        sets = [f"target.upstreams.0.url={server.url}", flood, *RELAX]
         for seed, order in SCHEDULE:
             for policy in order:
                 args = ["run", str(SCENARIO), "--quiet", "--seed", str(seed)]
@@ -199,6 +211,7 @@ def test_vtc_and_dwrr_at_the_gateway_protect_the_polite_tenant_on_vllm(
             check_run(run_dir(out, policy, seed))
     for policy in CHALLENGERS:
         check_verdict(out, policy)
+    check_capacity(out)
 
 
 def starved_scrapes(metrics: pd.DataFrame, max_inflight: int) -> tuple[int, int]:
@@ -253,6 +266,31 @@ def check_run(run: Path) -> None:
         f"max {engine_waiting.max():.0f}; scrapes held back by the engine's own saturation "
         f"{held_back}\n"
     )
+
+
+CAPACITY_BOUND = 0.05  # the issue's: total output throughput within 5% of FIFO's
+
+
+def check_capacity(out: Path) -> None:
+    """Each challenger's output tokens over the makespan (drain included: what the engine did
+    per second), mean over the seeds, within 5% of FIFO's — or within FIFO's own run-to-run
+    spread across its seeds ((max − min) / mean) where that is larger: a bound tighter than
+    the engine's own noise would judge the machine, not the policy."""
+    tps = {
+        policy: [makespan_tokens_per_s(run_dir(out, policy, seed)) for seed, _ in SCHEDULE]
+        for policy in (BASELINE, *CHALLENGERS)
+    }
+    base = sum(tps[BASELINE]) / len(tps[BASELINE])
+    noise = (max(tps[BASELINE]) - min(tps[BASELINE])) / base
+    allowed = max(CAPACITY_BOUND, noise)
+    for policy in CHALLENGERS:
+        change = sum(tps[policy]) / len(tps[policy]) / base - 1
+        sys.stderr.write(
+            f"capacity {policy}: makespan tok/s {[round(v) for v in tps[policy]]} against "
+            f"{BASELINE}'s {[round(v) for v in tps[BASELINE]]}: {change:+.1%} (allowed "
+            f"±{allowed:.1%}: 5%, or {BASELINE}'s own spread {noise:.1%})\n"
+        )
+        assert abs(change) <= allowed, (policy, tps, allowed)
 
 
 def check_verdict(out: Path, policy: str) -> None:

@@ -41,10 +41,11 @@ The protocol, and why each step:
   rises from 5% to about 10% (Armitage, McPherson & Rowe 1969); the proof's effect is a cut of
   a half or more, and the extra rounds cost time only in the runs that need them (about 100 s
   each).
-- **Nearer the knee than past it, as a load and not a rate** (`operating_point`): the flood's
-  rate is chosen from the first probe's profile so that the plan asks for 80% of the engine's
-  time (`TARGET_LOAD`, by `engine_load`). A fixed rate is a different experiment on a
-  different core: the old 7/s was a load of 0.66 to 0.72 on the one-core VMs of earlier CI
+- **Nearer the knee than past it, as a load and not a rate** (`operating_point_of`): the
+  flood's rate is chosen from the first probe's profile so that the plan asks for 80% of the
+  engine's time (`TARGET_LOAD`, by tests/engines/load.py's `engine_load`). A fixed rate is a
+  different experiment on a different core (tests/engines/load.py): the old 7/s was a load of
+  0.66 to 0.72 on the one-core VMs of earlier CI
   runs (where 10/s, 0.9 to 1.0, was past the knee: a few percent of engine speed decided
   whether the FCFS queue drained or grew for the whole run, and 6/s left the simulated queue
   empty), but on a VM whose engine stepped in 1.7 ms rather than 4 (2026-12-02) it was 0.30:
@@ -67,19 +68,17 @@ import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from fairbench.decide.compare import Verdict, compare_dirs
-from reference_scheduler.core.costmodel import Profile, load_profile
+from tests.engines.load import BUDGET_TOKENS, MAX_NUM_SEQS, operating_point
+from tests.engines.load import probe as probe_engine
 from tests.engines.vllm_server import VLLMServer
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIO = REPO / "scenarios" / "vllm-priority.yaml"
 POLICIES = ("fcfs", "priority")
-MAX_NUM_SEQS = 4  # what VLLMServer starts the engine with
-BUDGET_TOKENS = 2048  # vLLM's max_num_batched_tokens at --max-model-len 2048
 # the operating point: the engine's load that the plan asks for (`operating_point` turns it
 # into the flood's rate on the probed engine); the same override goes to the live runs and to
 # the simulated twins, so both replay one plan (the fidelity command checks the digest)
@@ -133,51 +132,10 @@ def generator_cores() -> Iterator[None]:
         os.sched_setaffinity(0, cores)
 
 
-# A probe between runs: two rounds of `fairbench profile`'s experiment (about 7 s on the CPU
-# vLLM; a run's profile pools the four rounds of the probes before and after it)
-PROBE = ("--rounds", "2", "--max-num-seqs", str(MAX_NUM_SEQS),
-         "--max-num-batched-tokens", str(BUDGET_TOKENS))  # fmt: skip
-
-
-def _mean_tokens(dist: dict[str, Any]) -> float:
-    if dist["dist"] == "constant":
-        return float(dist["value"])
-    if dist["dist"] == "uniform":
-        return (float(dist["low"]) + float(dist["high"])) / 2
-    raise ValueError(f"the protocol knows the mean of constant and uniform lengths, not {dist}")
-
-
-def engine_load(profile: Profile, rates: dict[str, float]) -> float:
-    """The share of the engine's time the scenario's tenants ask for at `rates` (requests/s per
-    tenant), by the profile: per request its prompt's prefill, its decode steps at a full batch
-    (`max_num_seqs` sequences share each step), and its request overhead (on the CPU vLLM the
-    API server shares the engine's core), at the workload's mean lengths. A lower bound of how
-    busy the engine is: a batch is not always full, and a step of fewer sequences costs nearly
-    as much (at 0.8 by this measure the simulated twins were busy 93% of the run)."""
-    doc = yaml.safe_load(SCENARIO.read_text(encoding="utf-8"))
-    batch = MAX_NUM_SEQS
-    busy_ms = 0.0
-    for tenant in doc["tenants"]:
-        workload = doc["workloads"][tenant["mix"]]
-        prompt = _mean_tokens(workload["prompt_tokens"])
-        out = _mean_tokens(workload["output_tokens"])
-        context = int(batch * (prompt + out / 2))
-        decode = (out - 1) * profile.step_ms(0, batch, context) / batch
-        cost = profile.step_ms(int(prompt), 0, 0) + decode + profile.request_overhead_ms
-        busy_ms += rates[tenant["id"]] * cost
-    return busy_ms / 1000
-
-
-def operating_point(profile_path: Path, target: float = TARGET_LOAD) -> tuple[str, ...]:
-    """The override that sets the flood's rate (to 0.5/s) so the plan asks for `target` of the
-    probed engine's time, chat's rate unchanged."""
-    profile = load_profile(str(profile_path))
-    doc = yaml.safe_load(SCENARIO.read_text(encoding="utf-8"))
-    rates = {t["id"]: float(str(t["arrival"]["rate"]).removesuffix("/s")) for t in doc["tenants"]}
-    chat_only = engine_load(profile, {**rates, "flood": 0.0})
-    per_flood = engine_load(profile, {**rates, "flood": 1.0}) - chat_only
-    rate = max(0.5, round(2 * (target - chat_only) / per_flood) / 2)
-    return (f"--set=tenants.flood.arrival.rate={rate:g}/s",)
+def operating_point_of(profile_path: Path, target: float = TARGET_LOAD) -> tuple[str, ...]:
+    """The override that sets the flood's rate so the plan asks for `target` of the probed
+    engine's time (tests/engines/load.py), chat's rate unchanged."""
+    return (f"--set={operating_point(profile_path, SCENARIO, 'flood', target)}",)
 
 
 @dataclass
@@ -228,11 +186,9 @@ def live_runs(
     servers = {"fcfs": fcfs, "priority": priority}
 
     def probe(server: VLLMServer, out: Path) -> Path:
-        # each probe its own prompts (a prefix cache must never serve a probe's prefill)
-        log.append(checked(
-            cli, "profile", "--target-url", server.url, "--out", str(out), *PROBE,
-            "--budget", str(budget_s), "--seed", str(len(probes)), timeout=budget_s + 300,
-        ))  # fmt: skip
+        # a probe between runs (a run's profile pools the probes before and after it), each
+        # its own prompts (a prefix cache must never serve a probe's prefill)
+        log.append(probe_engine(cli, server.url, out, seed=len(probes), budget_s=budget_s))
         probes.append(out)
         return out
 
@@ -250,7 +206,7 @@ def live_runs(
         # one probe before each run, of the engine about to run, and one after the last: the
         # probe between two runs brackets both (the engines share the core whose speed drifts)
         edge = probe(servers[POLICIES[0]], work / "probe-0.yaml")
-        point = operating_point(edge)
+        point = operating_point_of(edge)
         log.append(f"operating point {point[0]} (load {TARGET_LOAD:g} of the first probe)\n")
         k = 0
         more = True
