@@ -45,18 +45,24 @@ def known_server(front_end_core_ms: float = 0.0) -> web.Application:
     return build_app(cfg)
 
 
-@pytest.fixture(scope="module")
-def fitted(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("profile") / "fitted.yaml"
-    with serve_in_thread(known_server()) as url:
+def profile_known(out: Path, *, front_end_ms: float, budget: int, rounds: int, seed: int) -> str:
+    """`fairbench profile` of a `known_server` into `out`; its stdout."""
+    with serve_in_thread(known_server(front_end_ms)) as url:
         proc = run_cli(
             "profile", "--target-url", url, "--out", str(out), "--max-num-seqs", "8",
             "--max-num-batched-tokens", "2048", "--max-model-len", "4096",
-            "--kv-cache-tokens", "200000", "--budget", "40", "--rounds", "2", "--seed", "3",
-            timeout=300,
+            "--kv-cache-tokens", "200000", "--budget", str(budget), "--rounds", str(rounds),
+            "--seed", str(seed), timeout=300,
         )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert f"wrote {out}" in proc.stdout
+    return str(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("profile") / "fitted.yaml"
+    profile_known(out, front_end_ms=0.0, budget=40, rounds=2, seed=3)
     return out
 
 
@@ -111,15 +117,8 @@ def test_the_front_ends_core_time_is_measured(fitted: Path, tmp_path: Path) -> N
     others (`front_end_core_ms`: a CPU engine's API server on the engine's core) is told apart
     from one whose front end takes none, and the profile carries it to the simulator."""
     out = tmp_path / "front.yaml"
-    with serve_in_thread(known_server(FRONT_END_MS)) as url:
-        proc = run_cli(
-            "profile", "--target-url", url, "--out", str(out), "--max-num-seqs", "8",
-            "--max-num-batched-tokens", "2048", "--max-model-len", "4096",
-            "--kv-cache-tokens", "200000", "--budget", "20", "--rounds", "1", "--seed", "4",
-            timeout=300,
-        )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "front end (core)" in proc.stdout
+    shown = profile_known(out, front_end_ms=FRONT_END_MS, budget=20, rounds=1, seed=4)
+    assert "front end (core)" in shown
     doc = yaml.safe_load(out.read_text())
     got = doc["front_end_core_ms"]
     assert doc["fit"]["front_end"]["core_ms"] == got and doc["fit"]["front_end"]["observations"]
