@@ -76,8 +76,8 @@ def main() -> int:
             )
             for policy in POLICIES
         }  # fmt: skip
-    except (RuntimeError, subprocess.TimeoutExpired) as error:
-        sys.exit(f"bench_fidelity: {error}")
+    except (RuntimeError, AssertionError, ValueError, subprocess.TimeoutExpired) as error:
+        sys.exit(f"bench_fidelity: {error}")  # a failed step, or no load fits the probed engine
     rows = []
     for policy, fid in fids.items():
         for row in fid["rows"]:

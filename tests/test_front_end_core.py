@@ -20,13 +20,13 @@ from reference_scheduler.scheduler.config import parse_scheduler_config
 MS = 1_000_000
 
 
-def _config(engine: str, front_end_ms: float):  # type: ignore[no-untyped-def]
+def _config(engine: str, front_end_ms: float, seqs: int = 8):  # type: ignore[no-untyped-def]
     profile = {
         "name": "flat",
         "constant_step_ms": 10.0,  # every step 10 ms, whatever it holds
         "front_end_core_ms": front_end_ms,
         "kv_cache_tokens": 100_000,
-        "max_num_seqs": 8,
+        "max_num_seqs": seqs,
     }
     block = {"engine": "vllm", "policy": "fcfs", "profile": profile}
     if engine == "reference":
@@ -34,7 +34,7 @@ def _config(engine: str, front_end_ms: float):  # type: ignore[no-untyped-def]
     return parse_scheduler_config(block)
 
 
-def _tokens(engine: str, front_end_ms: float) -> list[np.ndarray]:
+def _tokens(engine: str, front_end_ms: float, seqs: int = 8) -> list[np.ndarray]:
     """A arrives at an idle engine at 0 (5 tokens), B at 15 ms while A decodes (3 tokens), C
     at 1 s to an idle engine again (2 tokens): each job's token times in ms."""
     jobs = [
@@ -42,7 +42,7 @@ def _tokens(engine: str, front_end_ms: float) -> list[np.ndarray]:
         Job(1, "t", "c", 10, 3, 15 * MS),
         Job(2, "t", "c", 10, 2, 1000 * MS),
     ]
-    result = simulate(jobs, _config(engine, front_end_ms))
+    result = simulate(jobs, _config(engine, front_end_ms, seqs))
     assert all(job.status == "finished" for job in result.jobs)
     return [result.token_times(job) / MS for job in result.jobs]
 
@@ -60,6 +60,18 @@ def test_a_request_arriving_at_a_busy_engine_lengthens_its_next_step(engine: str
     assert charged[1].tolist() == [34, 44, 54]
     # A and C arrived at an idle engine: nobody's steps paid for their front ends
     assert charged[2].tolist() == plain[2].tolist() == [1010, 1020]
+
+
+@pytest.mark.parametrize("engine", ["vllm", "reference"])
+def test_a_request_queued_behind_a_full_engine_pays_when_it_arrives(engine: str) -> None:
+    """One sequence at a time: B arrives at 15 ms while A runs and waits for A to finish. Its
+    front end ran at its arrival, beside A's steps, so A's next step pays, not B's admission
+    (at which the engine is empty)."""
+    plain = _tokens(engine, 0.0, seqs=1)
+    charged = _tokens(engine, 4.0, seqs=1)
+    assert plain[0].tolist() == [10, 20, 30, 40, 50] and plain[1].tolist() == [60, 70, 80]
+    assert charged[0].tolist() == [10, 20, 34, 44, 54]
+    assert charged[1].tolist() == [64, 74, 84]
 
 
 def test_the_profile_field_is_checked() -> None:

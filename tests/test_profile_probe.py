@@ -117,7 +117,7 @@ def test_the_front_ends_core_time_is_measured(fitted: Path, tmp_path: Path) -> N
     others (`front_end_core_ms`: a CPU engine's API server on the engine's core) is told apart
     from one whose front end takes none, and the profile carries it to the simulator."""
     out = tmp_path / "front.yaml"
-    shown = profile_known(out, front_end_ms=FRONT_END_MS, budget=20, rounds=1, seed=4)
+    shown = profile_known(out, front_end_ms=FRONT_END_MS, budget=30, rounds=2, seed=4)
     assert "front end (core)" in shown
     doc = yaml.safe_load(out.read_text())
     got = doc["front_end_core_ms"]

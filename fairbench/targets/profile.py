@@ -115,7 +115,7 @@ class ProbeError(Exception):
 class Observation:
     """One measured step (or TTFT): its kind, the step's terms, and the milliseconds."""
 
-    kind: str  # prefill | decode | mixed
+    kind: str  # prefill | decode | mixed | frontend (ms: what one request added to a batch)
     n: int  # prefill tokens in the step
     batch: int  # decode sequences in the step
     context: int  # their context tokens
@@ -563,16 +563,19 @@ def gap_at(streams: Sequence[Stream], at_ns: int) -> float | None:
 def front_end_extra(streams: Sequence[Stream], t0_ns: int, t1_ns: int, k: int) -> float | None:
     """Milliseconds per request that `k` requests sent over [t0, t1] added to the decode
     streams' steps: per stream, from its last token before t0 to its first after t1, the time
-    taken less as many of its steady gaps (the median gap before t0), over k; the median over
-    streams. None when a stream ended inside the stretch or had too few tokens before it."""
+    taken less as many of its steady gaps, over k; the median over streams. The steady gap is
+    the median of the stream's gaps on both sides of the stretch (before t0 its context is
+    shorter than inside, after t1 longer: the two bracket it). None when no stream has three
+    gaps on each side (every one ended inside the stretch, or too soon after it)."""
     extras = []
     for s in streams:
         t = np.array(s.token_ns, dtype=np.int64)
         lo = int(np.searchsorted(t, t0_ns)) - 1  # the last token before the stretch
         hi = int(np.searchsorted(t, t1_ns, side="right"))  # the first after it
-        if lo < 3 or hi >= len(t):
+        if lo < 3 or hi + 3 >= len(t):
             continue
-        steady = float(np.median(np.diff(t[: lo + 1])))
+        before, after = np.diff(t[: lo + 1]), np.diff(t[hi:])
+        steady = (float(np.median(before)) + float(np.median(after))) / 2
         extras.append((float(t[hi] - t[lo]) - (hi - lo) * steady) / k)
     return float(np.median(extras)) / 1e6 if extras else None
 
@@ -580,8 +583,8 @@ def front_end_extra(streams: Sequence[Stream], t0_ns: int, t1_ns: int, k: int) -
 async def one_round(
     client: Client, design: ProbeDesign, key: int, say: Progress
 ) -> list[Observation]:
-    """The three phases once: every prefill length (`prefill_reps` times), every decode
-    configuration, every mixed step."""
+    """The four phases once: every prefill length (`prefill_reps` times), every decode
+    configuration, every mixed step, the front end."""
     obs: list[Observation] = []
     lengths = design.prefill_lengths()
     configs = [
@@ -645,7 +648,7 @@ async def one_round(
         k = design.front_end_requests
         live = [Stream(0) for _ in range(batch)]
         decoders = [asyncio.create_task(client.stream(32, tokens, s)) for s in live]
-        await _until(live, 4, decoders)  # each has decoded a few steady steps
+        await _until(live, 8, decoders)  # each has decoded some steady steps
         t0 = time.perf_counter_ns()
         sides = [await client.stream(32, 1) for _ in range(k)]
         t1 = time.perf_counter_ns()
@@ -931,6 +934,11 @@ def profile_document(result: ProbeResult, the_fit: Fit, name: str) -> dict[str, 
         "points": the_fit.residuals,
         "data": the_fit.raw,
     }
+    if the_fit.front_end is None and design.front_end_requests:
+        doc["fit"]["front_end_note"] = (
+            "the front-end phase measured nothing (its decode streams ended before its requests "
+            "did, or too soon after): front_end_core_ms is left at 0"
+        )
     if not design.kv_cache_tokens:
         doc["fit"]["kv_cache_tokens_note"] = (
             "the engine did not say (vLLM's cache_config_info, SGLang's max_total_num_tokens, "

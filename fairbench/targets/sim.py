@@ -214,6 +214,7 @@ def run_sim(plan: Plan, scn: Scenario) -> tuple[list[dict[str, Any]], dict[str, 
         "policy": str(config.spec.policy),
         "profile": config.profile.name,
         "request_overhead_ms": str(config.profile.request_overhead_ms),
+        "front_end_core_ms": str(config.profile.front_end_core_ms),
         "replicas": str(config.replicas),
         "steps": str(result.steps),
     }

@@ -33,14 +33,15 @@ the core time one request's HTTP parsing, tokenisation and response handling tak
 engine's steps. A GPU engine's API server runs on host cores its steps do not wait for (about
 0); a CPU engine's shares the cores that compute the steps, so every request that arrives while
 the engine is busy slows the steps of every request it is running. The simulated engines charge
-it so: a request arriving while the engine (the replica that admits it) has work adds
-`front_end_core_ms` to the engine's next step. `fairbench profile` measures it (its front-end
-phase: how much a stream of small requests stretches a running batch's steps beyond their own
-prefill). On the CPU vLLM on one core it measured 0.0–0.7 ms (seven probes, 2026-12-02), though
-a lone 32-token request costs that engine's API server 1.5 ms and its engine-core process 0.7 ms
-of CPU: with a CPU engine's `mixed_step: sum`, each new request's chunk pays the constant `a`
-(1.7 ms there), which already carries that per-request work, and the front-end phase finds
-nothing beyond it.
+it so: a request arriving while the engine runs others adds `front_end_core_ms` to the
+engine's next step (the reference engine with several replicas, where a request's replica is
+known only when it is admitted: to the replica that admits it, if that one ran others).
+`fairbench profile` measures it (its front-end phase: how much a stream of small requests
+stretches a running batch's steps beyond their own prefill). On the CPU vLLM on one core it
+measured 0.0–0.7 ms (seven probes, 2026-12-02), though a lone 32-token request costs that
+engine's API server 1.5 ms and its engine-core process 0.7 ms of CPU: with a CPU engine's
+`mixed_step: sum`, each new request's chunk pays the constant `a` (1.7 ms there), which
+already carries that per-request work, and the front-end phase finds nothing beyond it.
 
 Profiles are data: one YAML file each in `profiles/`, with their sources; users add their own
 (`profile: path/to/file.yaml` or an inline mapping).

@@ -11,8 +11,9 @@ step's token budget (`max_num_batched_tokens`) allow, preempting lower-tier jobs
 (see preemption.py); every `admit_every` steps, or whenever nothing is decoding; (2) give the
 budget to decoding sequences (one token each) and then to prefill chunks in admission order
 (chunked prefill), or, without chunked prefill, run a prefill-only round that pauses decoding
-(S-LoRA); (3) cost the step with the profile, plus any KV swap traffic; (4) emit tokens,
-completions and preemptions.
+(S-LoRA); (3) cost the step with the profile, plus what was charged to it (`extra_ns`: KV
+swap traffic, and the profile's `front_end_core_ms` of each request that arrived while the
+replica ran others); (4) emit tokens, completions and preemptions.
 
 KV memory is paged in blocks (`block_size`, 16 by default) and reserved at admission for the
 prompt plus max output (reservation admission, as in S-LoRA/VTC's evaluation), so a running job
@@ -105,7 +106,7 @@ class Replica:
         self.tenant_decode: dict[str, list] = {}  # tenant -> [decoding count, a job of it]
         self.running: dict[int, Job] = {}  # job id -> job, prefilling or decoding
         self.resume: list[tuple[int, int, Job]] = []  # (tier rank, seq, job) preempted here
-        self.extra_ns = 0  # swap traffic charged to the next step
+        self.extra_ns = 0  # swap traffic and front-end core time charged to the next step
         self.result = StepResult(index)
         self.noise: StepNoise | None = None
 
@@ -146,8 +147,12 @@ class Engine:
         if not keep_history:
             self.preemption.log = deque(maxlen=1024)  # type: ignore[assignment]
         self.tier_ranks = sorted(spec.tier_ranks.items(), key=lambda kv: kv[1])
-        # the front end's core time per request, charged to a busy replica as it admits it
+        # The front end's core time per request (costmodel): one replica pays it when a request
+        # arrives while it runs others, as vLLM mode does; with several, a request's replica is
+        # known only at admission, so the replica that admits it pays if it ran others when
+        # that admission pass began.
         self._steal_ns = round(self.profile.front_end_core_ms * 1e6)
+        self._steal_at_arrival = len(self.replicas) == 1
 
     # ------------------------------------------------------------------ requests
 
@@ -162,7 +167,11 @@ class Engine:
             job.status = "rejected"
             job.reject_code = 400
             return Verdict(False, 400, 0, "context_length_exceeded")
-        return self.admission.enter(job, now_ns, self.policy)
+        verdict = self.admission.enter(job, now_ns, self.policy)
+        rep = self.replicas[0]
+        if self._steal_ns and self._steal_at_arrival and verdict.accepted and rep.running:
+            rep.extra_ns += self._steal_ns  # its front end ran beside the replica's steps
+        return verdict
 
     def cancel(self, job: Job, now_ns: int) -> bool:
         """Stop a job wherever it is (client went away). True if it was still live."""
@@ -339,6 +348,8 @@ class Engine:
         cap = prof.max_num_batched_tokens
         budget = cap - rep.batch if chunked else cap
         preempting = self.preemption.enabled
+        # several replicas: each job admitted now pays its front end if the replica ran others
+        steal = 0 if self._steal_at_arrival or not rep.running else self._steal_ns
         while True:
             if chunked and rep.pending >= budget:
                 break
@@ -363,10 +374,9 @@ class Engine:
             got = policy.dequeue(now_ns)
             assert got is cand, f"{type(policy).__name__}: peek and dequeue disagree"
             self._start(rep, cand, need, now_ns)
+            rep.extra_ns += steal
 
     def _start(self, rep: Replica, job: Job, need: int, now_ns: int) -> None:
-        if self._steal_ns and rep.running:  # its front end took core time from running work
-            rep.extra_ns += self._steal_ns
         rep.free_blocks -= need
         rep.slots += 1
         rep.running[job.id] = job

@@ -342,6 +342,7 @@ class VllmEngine:
             # A step that only preempted costs nothing; vLLM's next step (at once) admits.
             jobs, tokens_of, terms = self._schedule(rep, now_ns)
         if not jobs:
+            rep.stolen_ns = 0  # nothing runs: no step pays for the front ends seen before
             return None
         n_prefill, n_decode, context = terms
         ms = self.profile.step_ms(n_prefill, n_decode, context)

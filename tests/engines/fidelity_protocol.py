@@ -173,8 +173,8 @@ def live_runs(
     max_rounds: int = MAX_ROUNDS,
 ) -> LiveRuns:
     """Warm both engines, then run both policies interleaved, each run between two probes
-    (`budget_s` each at most): ROUNDS rounds, and more up to `max_rounds` while the real A/B
-    is not `settled`."""
+    (`budget_s` each at most): ROUNDS rounds (fewer if `max_rounds` is lower), and more up to
+    `max_rounds` while the real A/B is not `settled`."""
     runs: dict[str, list[Path]] = {p: [] for p in POLICIES}
     around: dict[str, list[Path]] = {p: [] for p in POLICIES}
     probes: list[Path] = []
@@ -222,7 +222,7 @@ def live_runs(
                 if j + 1 < len(POLICIES):
                     following = POLICIES[j + 1]
                 else:  # the round is whole: is another one needed?
-                    more = k < ROUNDS or (k < max_rounds and not settled(runs))
+                    more = k < min(ROUNDS, max_rounds) or (k < max_rounds and not settled(runs))
                     following = POLICIES[0] if more else policy
                 before, edge = edge, probe(servers[following], work / f"probe-{len(probes)}.yaml")
                 around[policy].append(merge([before, edge], work / f"around-{policy}-{k}.yaml"))

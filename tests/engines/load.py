@@ -54,8 +54,9 @@ def _mean_tokens(dist: dict[str, Any]) -> float:
 def engine_load(profile: Profile, scenario: Path, rates: dict[str, float]) -> float:
     """The share of the engine's time the scenario's tenants ask for at `rates` (requests/s per
     tenant), by the profile: per request its prompt's prefill, its decode steps at a full batch
-    (`MAX_NUM_SEQS` sequences share each step), and its request overhead (on the CPU vLLM the
-    API server shares the engine's core), at the workload's mean lengths. A lower bound of how
+    (`MAX_NUM_SEQS` sequences share each step), and its request overhead (the CPU vLLM's API
+    server and engine-core process run on the engine's core, so that CPU time is the core's
+    too), at the workload's mean lengths. A lower bound of how
     busy the engine is: a batch is not always full, and a step of fewer sequences costs nearly
     as much (at 0.8 by this measure the fidelity test's simulated twins were busy 93% of the
     run, the real engine's core about 98%)."""
@@ -81,5 +82,10 @@ def operating_point(profile_path: Path, scenario: Path, tenant: str, target: flo
     rates = {t["id"]: float(str(t["arrival"]["rate"]).removesuffix("/s")) for t in doc["tenants"]}
     others = engine_load(profile, scenario, {**rates, tenant: 0.0})
     per_request = engine_load(profile, scenario, {**rates, tenant: 1.0}) - others
+    if not per_request > 0 or others >= target:
+        raise ValueError(
+            f"{profile_path}: {tenant}'s requests cost {per_request:.3g} of the engine each and "
+            f"the other tenants ask for {others:.3g}: no rate of {tenant} makes a load of {target}"
+        )
     rate = max(0.5, round(2 * (target - others) / per_request) / 2)
     return f"tenants.{tenant}.arrival.rate={rate:g}/s"
