@@ -580,6 +580,14 @@ def front_end_extra(streams: Sequence[Stream], t0_ns: int, t1_ns: int, k: int) -
     return float(np.median(extras)) / 1e6 if extras else None
 
 
+def context_at(streams: Sequence[Stream], at_ns: int) -> int:
+    """The decode batch's context tokens at `at_ns`: each 32-token stream's prompt (as the
+    server counted it) plus the tokens it had made by then, summed."""
+    made = np.mean([sum(1 for t in s.token_ns if t <= at_ns) for s in streams])
+    prompt = int(np.mean([s.prompt_tokens or 32 for s in streams]))
+    return round(len(streams) * (prompt + made))
+
+
 async def one_round(
     client: Client, design: ProbeDesign, key: int, say: Progress
 ) -> list[Observation]:
@@ -638,9 +646,7 @@ async def one_round(
         gap = gap_at(streams, long.token_ns[0])
         if gap is not None:
             at = long.token_ns[0]
-            made = np.mean([sum(1 for t in s.token_ns if t <= at) for s in streams])
-            prompt = int(np.mean([s.prompt_tokens or 32 for s in streams]))
-            context = round(batch * (prompt + made))
+            context = context_at(streams, at)
             n_real = int(long.prompt_tokens or n)
             obs.append(Observation("mixed", n_real, batch, context, gap, f"mixed {n}+{batch}"))
         step("mixed")
@@ -655,11 +661,8 @@ async def one_round(
         streams = await asyncio.gather(*decoders)
         extra = front_end_extra(streams, t0, t1, k)
         if extra is not None:
-            at = (t0 + t1) // 2
-            made = np.mean([sum(1 for t in s.token_ns if t <= at) for s in streams])
-            prompt = int(np.mean([s.prompt_tokens or 32 for s in streams]))
+            context = context_at(streams, (t0 + t1) // 2)
             n_side = int(np.median([s.prompt_tokens or 32 for s in sides]))
-            context = round(batch * (prompt + made))
             point = f"frontend {k}x32+{batch}"
             obs.append(Observation("frontend", n_side, batch, context, extra, point))
         step("front end")

@@ -155,7 +155,8 @@ def real_verdict(runs: dict[str, list[Path]]) -> Verdict:
     """`fairbench compare`'s verdict on chat's TTFT p99, FCFS (A) → priority (B), over the
     interleaved pairs so far."""
     verdict = compare_dirs(runs["fcfs"], runs["priority"], block_s=2.0).get(VERDICT)
-    assert verdict is not None, f"compare has no row {VERDICT}"
+    if verdict is None:
+        raise RuntimeError(f"fairbench compare has no row {VERDICT}")
     return verdict
 
 

@@ -51,16 +51,15 @@ def _mean_tokens(dist: dict[str, Any]) -> float:
     raise ValueError(f"the mean of constant and uniform lengths is known here, not {dist}")
 
 
-def engine_load(profile: Profile, scenario: Path, rates: dict[str, float]) -> float:
-    """The share of the engine's time the scenario's tenants ask for at `rates` (requests/s per
-    tenant), by the profile: per request its prompt's prefill, its decode steps at a full batch
-    (`MAX_NUM_SEQS` sequences share each step), and its request overhead (the CPU vLLM's API
-    server and engine-core process run on the engine's core, so that CPU time is the core's
-    too), at the workload's mean lengths. A lower bound of how
-    busy the engine is: a batch is not always full, and a step of fewer sequences costs nearly
-    as much (at 0.8 by this measure the fidelity test's simulated twins were busy 93% of the
-    run, the real engine's core about 98%)."""
-    doc = yaml.safe_load(scenario.read_text(encoding="utf-8"))
+def engine_load(profile: Profile, doc: dict[str, Any], rates: dict[str, float]) -> float:
+    """The share of the engine's time the scenario `doc`'s tenants ask for at `rates`
+    (requests/s per tenant), by the profile: per request its prompt's prefill, its decode steps
+    at a full batch (`MAX_NUM_SEQS` sequences share each step), and its request overhead (the
+    CPU vLLM's API server and engine-core process run on the engine's core, so that CPU time is
+    the core's too), at the workload's mean lengths. A lower bound of how busy the engine is: a
+    batch is not always full, and a step of fewer sequences costs nearly as much (at 0.8 by
+    this measure the fidelity test's simulated twins were busy 93% of the run, the real
+    engine's core about 98%)."""
     batch = MAX_NUM_SEQS
     busy_ms = 0.0
     for tenant in doc["tenants"]:
@@ -80,8 +79,8 @@ def operating_point(profile_path: Path, scenario: Path, tenant: str, target: flo
     profile = load_profile(str(profile_path))
     doc = yaml.safe_load(scenario.read_text(encoding="utf-8"))
     rates = {t["id"]: float(str(t["arrival"]["rate"]).removesuffix("/s")) for t in doc["tenants"]}
-    others = engine_load(profile, scenario, {**rates, tenant: 0.0})
-    per_request = engine_load(profile, scenario, {**rates, tenant: 1.0}) - others
+    others = engine_load(profile, doc, {**rates, tenant: 0.0})
+    per_request = engine_load(profile, doc, {**rates, tenant: 1.0}) - others
     if not per_request > 0 or others >= target:
         raise ValueError(
             f"{profile_path}: {tenant}'s requests cost {per_request:.3g} of the engine each and "
