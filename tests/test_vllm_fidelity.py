@@ -46,9 +46,10 @@ p50 2.3 s against 0.10). The first FCFS run's errors (chat, flood) were E2E p50 
 +2.9%, −4.3% and +30.7%, +0.2% and +16.6% in the third; priority's first runs −19% to −62%; in
 the first test, whose engine was past its knee (TTFT p50 0.16–1.6 s), −50% to −83%. Two things
 remain beside the drift within a run: the real runs' TPOT p50 was above their twins' in 13 of
-18 runs (the largest by 26%; a guess, not yet tested: the probe's few streams load the core
-less than a live run, whose API server shares it), and the simulated TTFT p50 of priority runs
-is low throughout. The verdict held in all three: real `better` −69.7%, −75.2%, −64.7%;
+18 runs (the largest by 26%; measured since, on 2026-12-02: the API server took 0.22 of the
+core during live runs and 0.14 during probes, so the worker computing the steps had about 13%
+less of it live — docs/simulator.md), and the simulated TTFT p50 of priority runs is low
+throughout. The verdict held in all three: real `better` −69.7%, −75.2%, −64.7%;
 simulated `better` −64.8%, −67.3%, −56.3%.
 
 The verdict held in every 7/s run (three tests, one profile before the runs): real `better`
