@@ -15,9 +15,10 @@ times, not the client's send stamps), send lag and receive delay p50/p99, client
 request (client TTFT from the request's last byte written, minus the server's TTFT from read to
 first write, matched by X-Request-Id) p50/p99, and the generator's CPU per request. A generator
 keeps up at a rate when the server-seen rate is within 1% of planned and added TTFT p99 <= 1 ms.
-The baseline of every ratio is `before`, measured in the same run (its CPU per request is the
-code before the kernel stamps' within a few percent: 1324/1069/785/634 µs at 200/500/1000/1500
-req/s for that commit, 1318/1062/820/627 for `before`, on one VM). Each (rate, generator) runs
+The baseline of every ratio is `before`, measured in the same run. Its CPU per request is within
+a few percent of the code before the kernel stamps (bb7f41e) on one VM, 2026-12-02: 1324/1069/
+785/634 µs at 200/500/1000/1500 req/s for that commit (the slope between a 3 s and a 12 s run),
+1318/1062/820/627 for `before`. Each (rate, generator) runs
 `--repeats` trials, interleaved with the other generator in alternating order; a figure is the
 median over them, and keep-up is judged on the medians (one p99 over 6,000 requests moves by
 tenths of a millisecond from trial to trial). Then one HTTPS trial (a throwaway CA from trustme)
