@@ -73,8 +73,8 @@ def test_fit_recovers_the_servers_profile(fitted: Path) -> None:
     assert fit["design"]["seed"] == 3  # --seed reached the probe's prompts
     kinds = {row["kind"] for row in fit["points"]}
     assert kinds == {"prefill", "decode", "mixed"}  # the step fit's points
-    # ... and the front-end phase's observations, kept for a merge
-    assert {row["kind"] for row in fit["data"]} == {*kinds, "frontend"}
+    # ... and the load phase's observations, kept for a merge
+    assert {row["kind"] for row in fit["data"]} == {*kinds, "load"}
     assert fit["rms_relative_residual"] < 0.1  # the form fits the engine it came from
     for key, true in TRUTH.items():
         got, se = doc[key], fit["stderr"][key]
@@ -105,24 +105,43 @@ def test_fitted_profile_loads_and_simulates_like_the_truth(fitted: Path, tmp_pat
 
 
 # The front end's core time of the second server, and how far a measured one may be from its
-# truth: the front-end phase reads a few milliseconds off 10-20 steps of 20-70 ms, and a
-# loaded machine's late wakes land in them (measured beside the suite and a CPU-bound process:
-# 0.29 ms against a truth of 0, 6.38 against 6).
+# truth. The load phase reads it off a burst's makespan (16 requests of 256+16 tokens, about
+# 2.5 s here); the mixed phase's long prompts arrive at a busy engine too, so part of the
+# charge can land in the fitted prefill constant `a` instead (`a` 8.4 against 8, and 5.7 ms
+# measured), and what the fit must get right is the sum: the simulated burst. (With a truth of
+# 12 ms the mixed steps' charge made the fit choose the `sum` form, and the burst fitted on it
+# came out longer than the server's: a form the front end confounds is a limit of the probe.)
 FRONT_END_MS = 6.0
 FRONT_END_SLACK_MS = 2.5
 
 
+def _burst_ms(profile: dict[str, Any], front_end_ms: float) -> float:
+    """The load phase's burst (16 x 256+16, sent 95 ms apart, as on the server) simulated on the
+    step coefficients of `profile` (a fitted one, or the truth) with `front_end_ms`."""
+    from fairbench.targets.profile import Fit, Limits, Observation, burst_makespan_ms
+
+    coefficients = {k: float(profile[k]) for k in "abcdef"}
+    coefficients["overhead"] = float(profile.get("request_overhead_ms", 0.0))
+    the_fit = Fit(coefficients, {}, [], 0.0, profile.get("mixed_step", "max"), {}, 0, [])
+    burst = Observation("load", 256, 16, 16, 0.0, "load", gap_ms=95.0)
+    return burst_makespan_ms(the_fit, Limits(8, 2048), burst, front_end_ms)
+
+
 def test_the_front_ends_core_time_is_measured(fitted: Path, tmp_path: Path) -> None:
-    """A server whose small requests each take 6 ms of the engine's time while it runs
-    others (`front_end_core_ms`: a CPU engine's API server on the engine's core) is told apart
-    from one whose front end takes none, and the profile carries it to the simulator."""
+    """A server whose requests each take 6 ms of the engine's time while it runs others
+    (`front_end_core_ms`: a CPU engine's API server on the engine's core) is told apart from
+    one whose front end takes none, and the fitted profile, charge included, runs a burst as
+    long as the truth does."""
     out = tmp_path / "front.yaml"
-    shown = profile_known(out, front_end_ms=FRONT_END_MS, budget=30, rounds=2, seed=4)
+    shown = profile_known(out, front_end_ms=FRONT_END_MS, budget=40, rounds=2, seed=4)
     assert "front end (core)" in shown
     doc = yaml.safe_load(out.read_text())
     got = doc["front_end_core_ms"]
-    assert doc["fit"]["front_end"]["core_ms"] == got and doc["fit"]["front_end"]["observations"]
-    assert abs(got - FRONT_END_MS) <= FRONT_END_SLACK_MS, doc["fit"]["front_end"]
+    block = doc["fit"]["front_end"]
+    assert block["core_ms"] == got and block["observations"] >= 1, block
+    assert FRONT_END_MS / 2 <= got <= FRONT_END_MS + FRONT_END_SLACK_MS, block
+    truth = _burst_ms(TRUTH, FRONT_END_MS)
+    assert abs(_burst_ms(doc, got) / truth - 1) <= 0.02, (_burst_ms(doc, got), truth, block)
     none = yaml.safe_load(fitted.read_text())["front_end_core_ms"]
     assert 0.0 <= none <= FRONT_END_SLACK_MS, none
     assert load_profile(str(out)).front_end_core_ms == got

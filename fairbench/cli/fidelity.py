@@ -468,6 +468,30 @@ def register(app: typer.Typer) -> None:
                 metavar="N",
             ),
         ] = 0,
+        load_prompt: Annotated[
+            int,
+            typer.Option(
+                min=1,
+                help="prompt tokens of each request of the load phase's burst: your "
+                "workload's typical request (its front end's cost grows with it)",
+                metavar="N",
+            ),
+        ] = 256,
+        load_output: Annotated[
+            int,
+            typer.Option(
+                min=1, help="output tokens of each request of the load phase", metavar="N"
+            ),
+        ] = 16,
+        load_requests: Annotated[
+            int | None,
+            typer.Option(
+                min=0,
+                help="requests in the load phase's burst (default: twice --max-num-seqs, "
+                "16 to 64; 0: no load phase, front_end_core_ms 0)",
+                metavar="N",
+            ),
+        ] = None,
     ) -> None:
         """Fit a cost profile from a live vLLM, SGLang, TGI or OpenAI engine (bounded probe)."""
         import asyncio
@@ -524,6 +548,9 @@ def register(app: typer.Typer) -> None:
             budget_s=budget,
             max_rounds=rounds,
             seed=seed,
+            load_requests=load_requests,
+            load_prompt=load_prompt,
+            load_output=load_output,
         )
         bar = Progress(
             TextColumn("{task.description:<14}"),

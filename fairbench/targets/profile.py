@@ -27,16 +27,24 @@ The experiment, one phase at a time (nothing else should load the engine meanwhi
    decode streams' gap that ends with its first token is the mixed step: its prefill chunk and
    the B decode tokens in one pass. This is what separates `a` from the request overhead.
 
-4. **Front end.** While B streams decode, `front_end_requests` short requests (32 tokens,
-   `max_tokens=1`) are sent one after another. Each costs the running batch its own prefill
-   chunk (the fitted step form predicts it) plus whatever core time its HTTP parsing,
-   tokenisation and response handling take from the engine's steps: nothing where the API
-   server runs on cores the steps do not need (a GPU engine's host), its whole front end where
-   it shares the engine's core (a CPU engine). Observed: the decode streams' time over the
-   stretch beside those requests, less as many of their own steady steps, per request. After
-   the fit, each observation less its predicted chunk is one estimate of the stolen time; their
-   median (at least 0) is the profile's `front_end_core_ms`, which the simulated engines
-   charge to the steps of a busy engine per arriving request (costmodel says how).
+4. **Load.** A burst of `load_requests` streamed requests shaped like a workload's
+   (`load_prompt` prompt tokens, `load_output` output tokens each; give your workload's typical
+   request), sent one after another 0.6 of a request's cost apart (`load_gap_ms`), so a queue
+   builds and the engine runs full batches while requests keep arriving between its steps, as
+   a live run's do. Observed: the burst's makespan, from the first send to the last token.
+   Each request's HTTP parsing, tokenisation and streaming take core time; where the API
+   server shares the engine's cores (a CPU engine) that time is taken from the steps, and it
+   grows with the prompt and the streamed tokens, which is why this phase uses the workload's
+   shape: small one-token requests beside a decoding batch (this phase's first form) measured
+   0.0–0.9 ms on the CPU vLLM, while under a live workload its API server took 0.22 of the
+   core against 0.14 during the probe (docs/simulator.md); and why arrivals are spread over
+   the steps, not sent at once (a burst sent at once ran faster than the fitted steps
+   predict). After the fit, the same burst is simulated with vLLM's scheduling on the fitted
+   steps, and the front-end charge per request that makes the simulated makespan the measured
+   one is one estimate; their median (at least 0) is the profile's `front_end_core_ms`, which
+   the simulated engines charge to the steps of a busy engine per arriving request (costmodel
+   says how). Where the API server has cores of its own (a GPU engine's host) it comes out
+   near 0.
 
 The four phases are one round; rounds repeat while the budget lasts (a round starts only if
 one as long as the longest so far still fits; `max_rounds` at most), and the fit takes the
@@ -115,12 +123,15 @@ class ProbeError(Exception):
 class Observation:
     """One measured step (or TTFT): its kind, the step's terms, and the milliseconds."""
 
-    kind: str  # prefill | decode | mixed | frontend (ms: what one request added to a batch)
+    # prefill | decode | mixed | load (n prompt tokens, `batch` requests of `context` output
+    # tokens each, sent `gap_ms` apart; ms: their makespan)
+    kind: str
     n: int  # prefill tokens in the step
     batch: int  # decode sequences in the step
     context: int  # their context tokens
     ms: float
     key: str = ""  # the design point: the fit takes the median over rounds of each
+    gap_ms: float = 0.0  # load: the requests were sent this far apart (ms)
 
 
 ENGINES = ("vllm", "sglang", "tgi", "openai")
@@ -168,7 +179,9 @@ class ProbeDesign:
     decode_tokens: int = 24
     mixed_batch: int = 4
     mixed_prompts: tuple[int, ...] = (256, 512, 1024)
-    front_end_requests: int = 8  # small requests per front-end observation (0: no phase)
+    load_requests: int | None = None  # the load phase's burst (None: `burst()`; 0: no phase)
+    load_prompt: int = 256  # prompt tokens of each of its requests (a workload's typical one)
+    load_output: int = 16  # output tokens of each
     budget_s: float = 240.0
     max_rounds: int = 8
     seed: int = 0
@@ -199,6 +212,17 @@ class ProbeDesign:
 
     def decode_prompts(self) -> list[int]:
         return sorted({32, max(32, min(self.longest_prompt() // 2, 1024))})
+
+    def burst(self) -> int:
+        """The load phase's request count: `load_requests`, or twice the batch (at least 16,
+        so the makespan is many requests long), at most 64."""
+        if self.load_requests is not None:
+            return self.load_requests
+        return min(64, max(16, 2 * self.max_num_seqs))
+
+    def load_shape(self) -> tuple[int, int]:
+        """The load phase's (prompt, output) tokens, the prompt capped to one step."""
+        return min(self.load_prompt, self.longest_prompt()), self.load_output
 
     def fits_kv(self, batch: int, prompt: int, output: int) -> bool:
         kv = self.kv_cache_tokens
@@ -560,24 +584,19 @@ def gap_at(streams: Sequence[Stream], at_ns: int) -> float | None:
     return float(np.median(steps)) / 1e6 if steps else None
 
 
-def front_end_extra(streams: Sequence[Stream], t0_ns: int, t1_ns: int, k: int) -> float | None:
-    """Milliseconds per request that `k` requests sent over [t0, t1] added to the decode
-    streams' steps: per stream, from its last token before t0 to its first after t1, the time
-    taken less as many of its steady gaps, over k; the median over streams. The steady gap is
-    the median of the stream's gaps on both sides of the stretch (before t0 its context is
-    shorter than inside, after t1 longer: the two bracket it). None when no stream has three
-    gaps on each side (every one ended inside the stretch, or too soon after it)."""
-    extras = []
-    for s in streams:
-        t = np.array(s.token_ns, dtype=np.int64)
-        lo = int(np.searchsorted(t, t0_ns)) - 1  # the last token before the stretch
-        hi = int(np.searchsorted(t, t1_ns, side="right"))  # the first after it
-        if lo < 3 or hi + 3 >= len(t):
-            continue
-        before, after = np.diff(t[: lo + 1]), np.diff(t[hi:])
-        steady = (float(np.median(before)) + float(np.median(after))) / 2
-        extras.append((float(t[hi] - t[lo]) - (hi - lo) * steady) / k)
-    return float(np.median(extras)) / 1e6 if extras else None
+def load_gap_ms(obs: Sequence[Observation], prompt: int, output: int, batch: int) -> float:
+    """How far apart the load phase sends its requests: 0.6 of what one request costs the
+    engine by this round's observations (the prefill of the nearest length, then its decode
+    steps shared by a full batch). The engine is asked for about 1.7 of its capacity, so a
+    queue builds from the start and the makespan is the burst's work, not its last send."""
+    prefills = [o for o in obs if o.kind == "prefill"]
+    decodes = [o for o in obs if o.kind == "decode"]
+    if not prefills or not decodes:
+        return 0.0
+    ttft = min(prefills, key=lambda o: abs(o.n - prompt)).ms
+    full = max(o.batch for o in decodes)
+    step = float(np.median([o.ms for o in decodes if o.batch == full]))
+    return 0.6 * (ttft + (output - 1) * step / max(1, min(batch, full)))
 
 
 def context_at(streams: Sequence[Stream], at_ns: int) -> int:
@@ -592,7 +611,7 @@ async def one_round(
     client: Client, design: ProbeDesign, key: int, say: Progress
 ) -> list[Observation]:
     """The four phases once: every prefill length (`prefill_reps` times), every decode
-    configuration, every mixed step, the front end."""
+    configuration, every mixed step, the load."""
     obs: list[Observation] = []
     lengths = design.prefill_lengths()
     configs = [
@@ -609,8 +628,10 @@ async def one_round(
         if n + batch <= design.max_num_batched_tokens
         and design.fits_kv(batch + 1, max(n, 32), tokens)
     ]
-    front = design.front_end_requests > 0 and design.fits_kv(batch + 1, 32, tokens)
-    total = len(lengths) * design.prefill_reps + len(configs) + len(mixed) + int(front)
+    load_prompt, load_output = design.load_shape()
+    burst = design.burst()
+    load = burst > 0 and design.fits_kv(design.max_num_seqs, load_prompt, load_output)
+    total = len(lengths) * design.prefill_reps + len(configs) + len(mixed) + int(load)
     done = 0
 
     def step(phase: str) -> None:
@@ -650,22 +671,25 @@ async def one_round(
             n_real = int(long.prompt_tokens or n)
             obs.append(Observation("mixed", n_real, batch, context, gap, f"mixed {n}+{batch}"))
         step("mixed")
-    if front:
-        k = design.front_end_requests
-        live = [Stream(0) for _ in range(batch)]
-        decoders = [asyncio.create_task(client.stream(32, tokens, s)) for s in live]
-        await _until(live, 8, decoders)  # each has decoded some steady steps
+    if load:
+        # sent one after another, a little faster than this round's steps say the engine
+        # serves them: a queue builds, so every request after the first arrives at a busy
+        # engine, spread over its steps as a live run's arrivals are
+        gap = load_gap_ms(obs, load_prompt, load_output, design.max_num_seqs)
         t0 = time.perf_counter_ns()
-        sides = [await client.stream(32, 1) for _ in range(k)]
-        t1 = time.perf_counter_ns()
-        streams = await asyncio.gather(*decoders)
-        extra = front_end_extra(streams, t0, t1, k)
-        if extra is not None:
-            context = context_at(streams, (t0 + t1) // 2)
-            n_side = int(np.median([s.prompt_tokens or 32 for s in sides]))
-            point = f"frontend {k}x32+{batch}"
-            obs.append(Observation("frontend", n_side, batch, context, extra, point))
-        step("front end")
+
+        async def send(i: int) -> Stream:
+            await asyncio.sleep(max(0.0, t0 + i * gap * 1e6 - time.perf_counter_ns()) / 1e9)
+            return await client.stream(load_prompt, load_output)
+
+        streams = await asyncio.gather(*(send(i) for i in range(burst)))
+        sent = np.array([s.sent_ns for s in streams], dtype=np.int64)
+        gap_ms = float(np.diff(sent).mean()) / 1e6 if burst > 1 else 0.0
+        makespan = (max(s.token_ns[-1] for s in streams) - int(sent[0])) / 1e6
+        n_real = round(float(np.median([s.prompt_tokens or load_prompt for s in streams])))
+        point = f"load {burst}x{load_prompt}+{load_output}"
+        obs.append(Observation("load", n_real, burst, load_output, makespan, point, gap_ms))
+        step("load")
     return obs
 
 
@@ -740,7 +764,7 @@ class Fit:
     rms_by_form: dict[str, float]
     n: int  # design points
     raw: list[dict[str, Any]]  # every observation of every round
-    # the front end's core time per request, from the front-end phase (None: not probed)
+    # the front end's core time per request, from the load phase (None: not probed)
     front_end: dict[str, Any] | None = None
 
     def summary(self) -> dict[str, Any]:
@@ -766,6 +790,16 @@ class Fit:
         return fields
 
 
+def row(o: Observation) -> dict[str, Any]:
+    """An observation as the profile's `fit.data` keeps it (`gap_ms` on load rows only)."""
+    out = {**asdict(o), "ms": round(o.ms, 3)}
+    if o.kind == "load":
+        out["gap_ms"] = round(o.gap_ms, 3)
+    else:
+        del out["gap_ms"]
+    return out
+
+
 def medians(obs: Sequence[Observation]) -> list[Observation]:
     """One observation per design point: the median over its repetitions (a late wake or a
     neighbour's burst in one round does not move it)."""
@@ -788,40 +822,109 @@ def medians(obs: Sequence[Observation]) -> list[Observation]:
     return out
 
 
-def fit(raw: Sequence[Observation]) -> Fit:
+@dataclass(frozen=True)
+class Limits:
+    """The engine's limits the load phase's burst is simulated under."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    chunked_prefill: bool = True
+
+
+def fit(raw: Sequence[Observation], limits: Limits | None = None) -> Fit:
     """Both forms of the mixed step fitted; the one with the smaller residuals is kept (a GPU
     hides a prefill chunk in the decode step, a CPU adds it: the data say which). Then the
-    front end's core time, from the front-end phase's observations (`front_end_core`)."""
-    steps = [o for o in raw if o.kind != "frontend"]
+    front end's core time, from the load phase's observations (`front_end_core`; `limits`
+    are the engine's, for simulating its bursts). Observations of the front-end phase's first
+    form (kind `frontend`, in profiles written before the load phase) are not used."""
+    steps = [o for o in raw if o.kind not in ("frontend", "load")]
     fits = {form: fit_form(steps, form) for form in ("max", "sum")}
     best = min(fits.values(), key=lambda f: f.rms_relative)
     best.rms_by_form = {form: round(f.rms_relative, 4) for form, f in fits.items()}
-    front = [o for o in raw if o.kind == "frontend"]
-    if front:
-        best.front_end = front_end_core(front, best)
-        best.raw += [{**asdict(o), "ms": round(o.ms, 3)} for o in front]
+    load = [o for o in raw if o.kind == "load"]
+    if load and limits is not None:
+        best.front_end = front_end_core(load, best, limits)
+        best.raw += [row(o) for o in load]
     return best
 
 
-def front_end_core(front: Sequence[Observation], the_fit: Fit) -> dict[str, Any]:
-    """The core time one request's front end takes from a busy engine's steps: each front-end
-    observation (the time a small request added to the running batch) less the prefill chunk
-    the fitted step form predicts for it; the median over observations, at least 0, with the
-    median absolute deviation beside it."""
+def burst_makespan_ms(the_fit: Fit, limits: Limits, o: Observation, front_end_ms: float) -> float:
+    """The simulated makespan of a load observation's burst: `o.batch` requests of `o.n` prompt
+    and `o.context` output tokens, sent `o.gap_ms` apart from 0, each reaching the engine after
+    the fitted request overhead, through vLLM's FCFS scheduling on the fitted steps, with
+    `front_end_ms` charged per request that arrives while the engine runs others."""
+    from reference_scheduler.core.job import Job
+    from reference_scheduler.drivers.virtual import simulate
+    from reference_scheduler.scheduler.config import parse_scheduler_config
+
     c = the_fit.coefficients
-    prof = Profile("fit", **{k: c[k] for k in "abcdef"}, kv_cache_tokens=1, mixed_step=the_fit.form)
-    stolen = np.array(
-        [o.ms - (prof.step_ms(o.n, o.batch, o.context) - prof.step_ms(0, o.batch, o.context))
-         for o in front]
-    )  # fmt: skip
+    profile = {
+        "name": "burst",
+        **{k: c[k] for k in "abcdef"},
+        "mixed_step": the_fit.form,
+        "front_end_core_ms": front_end_ms,
+        "kv_cache_tokens": 1 << 40,  # vLLM allocates as it goes; the burst is sized to fit
+        "max_num_seqs": limits.max_num_seqs,
+        "max_num_batched_tokens": limits.max_num_batched_tokens,
+        "chunked_prefill": limits.chunked_prefill,
+    }
+    config = parse_scheduler_config({"engine": "vllm", "policy": "fcfs", "profile": profile})
+    arrive, gap = c["overhead"] * 1e6, o.gap_ms * 1e6
+    jobs = [Job(i, "load", "load", o.n, o.context, round(arrive + i * gap)) for i in range(o.batch)]
+    result = simulate(jobs, config)
+    return max(job.done_ns for job in result.jobs) / 1e6
+
+
+def _charge_for(makespan: Callable[[float], float], measured: float) -> float | None:
+    """The charge (ms) at which `makespan(charge)` reaches `measured`; None if no charge up
+    to 256 ms moves it (the simulated engine never queued)."""
+    base, slope_hi = makespan(0.0), makespan(4.0)
+    if slope_hi <= base:
+        return None
+    if measured <= base:
+        return (measured - base) / ((slope_hi - base) / 4.0)
+    lo, hi = 0.0, 4.0
+    while makespan(hi) < measured:
+        lo, hi = hi, 2 * hi
+        if hi > 256.0:
+            return None
+    for _ in range(14):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if makespan(mid) < measured else (lo, mid)
+    return (lo + hi) / 2
+
+
+def front_end_core(load: Sequence[Observation], the_fit: Fit, limits: Limits) -> dict[str, Any]:
+    """The core time one request's front end takes from a busy engine's steps: for each load
+    observation, the charge per arriving request that makes the simulated burst's makespan the
+    measured one, found by bisection (the makespan grows with the charge: every request after
+    the first arrives while the engine runs). A burst faster than the fitted steps alone gives
+    a negative estimate, by the slope between no charge and 4 ms (noise, kept so that the
+    median is not biased up); the median over observations, at least 0, with the median
+    absolute deviation beside it."""
+    estimates = []
+    for o in load:
+        estimate = _charge_for(lambda ms, o=o: burst_makespan_ms(the_fit, limits, o, ms), o.ms)
+        if estimate is not None:
+            estimates.append(estimate)
+    if not estimates:
+        return {
+            "core_ms": 0.0,
+            "median_ms": 0.0,
+            "mad_ms": 0.0,
+            "observations": 0,
+            "method": "no burst of the load phase kept the simulated engine busy",
+        }
+    stolen = np.array(estimates)
     middle = float(np.median(stolen))
     return {
         "core_ms": float(f"{max(0.0, middle):.4g}"),
         "median_ms": round(middle, 4),
         "mad_ms": round(float(np.median(np.abs(stolen - middle))), 4),
-        "observations": len(front),
-        "method": "the time a small request added to a running batch's steps, less its "
-        "prefill chunk by the fitted form; median over observations, at least 0",
+        "observations": len(stolen),
+        "method": "per request, what makes the load phase's burst, simulated with vLLM's "
+        "scheduling on the fitted steps, as long as it was measured; median over bursts, "
+        "at least 0",
     }
 
 
@@ -864,7 +967,7 @@ def fit_form(raw: Sequence[Observation], form: str) -> Fit:
         se = np.full(len(x), math.nan)
     pred = predict(obs, x, form)
     rows = [
-        {**asdict(o), "ms": round(o.ms, 3), "fit_ms": round(float(p), 3),
+        {**row(o), "fit_ms": round(float(p), 3),
          "residual_pct": round(100 * (float(p) - o.ms) / o.ms, 2) if o.ms > 0 else None,
          "repeats": sum(1 for r in raw if r.key == o.key)}
         for o, p in zip(obs, pred, strict=True)
@@ -877,7 +980,7 @@ def fit_form(raw: Sequence[Observation], form: str) -> Fit:
         form=form,
         rms_by_form={},
         n=len(obs),
-        raw=[{**asdict(o), "ms": round(o.ms, 3)} for o in raw],
+        raw=[row(o) for o in raw],
     )
 
 
@@ -930,17 +1033,19 @@ def profile_document(result: ProbeResult, the_fit: Fit, name: str) -> dict[str, 
             "decode_tokens": design.decode_tokens,
             "mixed_batch": design.mixed_batch,
             "mixed_prompts": list(design.mixed_prompts),
-            "front_end_requests": design.front_end_requests,
+            "load_requests": design.burst(),
+            "load_prompt": design.load_shape()[0],
+            "load_output": design.load_output,
             "max_rounds": design.max_rounds,
             "seed": design.seed,
         },
         "points": the_fit.residuals,
         "data": the_fit.raw,
     }
-    if the_fit.front_end is None and design.front_end_requests:
+    if the_fit.front_end is None and design.burst():
         doc["fit"]["front_end_note"] = (
-            "the front-end phase measured nothing (its decode streams ended before its requests "
-            "did, or too soon after): front_end_core_ms is left at 0"
+            "the load phase did not run (its burst would not fit the KV cache): "
+            "front_end_core_ms is left at 0"
         )
     if not design.kv_cache_tokens:
         doc["fit"]["kv_cache_tokens_note"] = (
@@ -971,7 +1076,8 @@ async def run_profile(
     except (aiohttp.ClientError, TimeoutError) as error:
         raise ProbeError(f"{base}: the probe failed ({type(error).__name__}: {error})") from None
     result = ProbeResult(info, design, obs, time.monotonic() - started, rounds, cut)
-    return result, fit(obs)
+    limits = Limits(design.max_num_seqs, design.max_num_batched_tokens, design.chunked_prefill)
+    return result, fit(obs, limits)
 
 
 # ---------------------------------------------------------------- merging probes
@@ -1012,7 +1118,7 @@ def probe_data(doc: dict[str, Any], where: str) -> list[Observation]:
         obs = [Observation(**row) for row in rows]
     except TypeError:
         raise MergeError(f"{where}: fit.data is not `fairbench profile`'s probe data") from None
-    for o in obs:  # a front-end observation is a difference: it may be 0 or below
+    for o in obs:  # a first-form front-end observation is a difference: 0 or below is fine
         low = -math.inf if o.kind == "frontend" else 0.0
         if not isinstance(o.ms, int | float) or not math.isfinite(o.ms) or o.ms <= low:
             raise MergeError(f"{where}: fit.data has a step of {o.ms!r} ms ({o.key})")
@@ -1055,7 +1161,12 @@ def merge_profiles(
                         f"{where}: fit.{block}.{key} {mine.get(key)} but {first_where} has "
                         f"{theirs.get(key)}: merge only probes of one engine with one design"
                     )
-    the_fit = fit(raw)
+    limits = Limits(
+        int(first.get("max_num_seqs") or 8),
+        int(first.get("max_num_batched_tokens") or 2048),
+        bool(first.get("chunked_prefill", True)),
+    )
+    the_fit = fit(raw, limits)
     out = {**first, "name": name, **the_fit.profile_fields(), "mixed_step": the_fit.form}
     sources = [
         {

@@ -36,12 +36,13 @@ the engine is busy slows the steps of every request it is running. The simulated
 it so: a request arriving while the engine runs others adds `front_end_core_ms` to the
 engine's next step (the reference engine with several replicas, where a request's replica is
 known only when it is admitted: to the replica that admits it, if that one ran others).
-`fairbench profile` measures it (its front-end phase: how much a stream of small requests
-stretches a running batch's steps beyond their own prefill). On the CPU vLLM on one core it
-measured 0.0–0.7 ms (seven probes, 2026-12-02), though a lone 32-token request costs that
-engine's API server 1.5 ms and its engine-core process 0.7 ms of CPU: with a CPU engine's
-`mixed_step: sum`, each new request's chunk pays the constant `a` (1.7 ms there), which
-already carries that per-request work, and the front-end phase finds nothing beyond it.
+`fairbench profile` measures it (its load phase: the charge per arriving request that makes a
+simulated burst of workload-shaped requests, sent faster than the engine serves them, as long
+as the measured one). On the CPU vLLM on one core, with requests of 512 prompt and 48 output
+tokens, it measured 0–2.5 ms (median about 1 ms; seven probes of one test, 2026-12-02); the
+phase's first form, small one-token requests beside a decoding batch, measured 0.0–0.7 ms.
+Part of a new request's front end lands in the CPU engine's sum-form chunk constant `a`
+instead (1.7 ms there), since the probe's mixed steps pay it too.
 
 Profiles are data: one YAML file each in `profiles/`, with their sources; users add their own
 (`profile: path/to/file.yaml` or an inline mapping).

@@ -23,9 +23,11 @@ from reference_scheduler.core.costmodel import Profile, load_profile
 
 MAX_NUM_SEQS = 4  # what VLLMServer starts the engine with
 BUDGET_TOKENS = 2048  # vLLM's max_num_batched_tokens at --max-model-len 2048
-# Two rounds of `fairbench profile`'s experiment (about 7 s on the CPU vLLM)
+# Two rounds of `fairbench profile`'s experiment (about 7 s on the CPU vLLM); the load phase's
+# requests shaped like the scenarios' flood (300-800 prompt tokens, 48 out), the most of their load
 PROBE = ("--rounds", "2", "--max-num-seqs", str(MAX_NUM_SEQS),
-         "--max-num-batched-tokens", str(BUDGET_TOKENS))  # fmt: skip
+         "--max-num-batched-tokens", str(BUDGET_TOKENS),
+         "--load-prompt", "512", "--load-output", "48")  # fmt: skip
 
 Cli = Callable[..., "subprocess.CompletedProcess[str]"]
 
