@@ -15,6 +15,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import yaml
 from aiohttp import web
@@ -115,16 +116,18 @@ FRONT_END_MS = 6.0
 FRONT_END_SLACK_MS = 2.5
 
 
-def _burst_ms(profile: dict[str, Any], front_end_ms: float) -> float:
-    """The load phase's burst (16 x 256+16, sent 95 ms apart, as on the server) simulated on the
-    step coefficients of `profile` (a fitted one, or the truth) with `front_end_ms`."""
+def _burst_ms(profile: dict[str, Any], front_end_ms: float, gap_ms: float) -> float:
+    """The load phase's burst (16 x 256+16, sent `gap_ms` apart) simulated on the step
+    coefficients of `profile` (a fitted one, or the truth) with `front_end_ms`."""
     from fairbench.targets.profile import Fit, Limits, Observation, burst_makespan_ms
 
     coefficients = {k: float(profile[k]) for k in "abcdef"}
     coefficients["overhead"] = float(profile.get("request_overhead_ms", 0.0))
     the_fit = Fit(coefficients, {}, [], 0.0, profile.get("mixed_step", "max"), {}, 0, [])
-    burst = Observation("load", 256, 16, 16, 0.0, "load", gap_ms=95.0)
-    return burst_makespan_ms(the_fit, Limits(8, 2048), burst, front_end_ms)
+    burst = Observation("load", 256, 16, 16, 0.0, "load", gap_ms=gap_ms)
+    made = burst_makespan_ms(the_fit, Limits(8, 2048), burst, front_end_ms)
+    assert made is not None
+    return made
 
 
 def test_the_front_ends_core_time_is_measured(fitted: Path, tmp_path: Path) -> None:
@@ -140,8 +143,11 @@ def test_the_front_ends_core_time_is_measured(fitted: Path, tmp_path: Path) -> N
     block = doc["fit"]["front_end"]
     assert block["core_ms"] == got and block["observations"] >= 1, block
     assert FRONT_END_MS / 2 <= got <= FRONT_END_MS + FRONT_END_SLACK_MS, block
-    truth = _burst_ms(TRUTH, FRONT_END_MS)
-    assert abs(_burst_ms(doc, got) / truth - 1) <= 0.02, (_burst_ms(doc, got), truth, block)
+    # at the gap the probe sent its bursts with (the round's own estimate of a request's cost)
+    gap = float(np.median([r["gap_ms"] for r in doc["fit"]["data"] if r["kind"] == "load"]))
+    truth = _burst_ms(TRUTH, FRONT_END_MS, gap)
+    fitted_burst = _burst_ms(doc, got, gap)
+    assert abs(fitted_burst / truth - 1) <= 0.02, (fitted_burst, truth, gap, block)
     none = yaml.safe_load(fitted.read_text())["front_end_core_ms"]
     assert 0.0 <= none <= FRONT_END_SLACK_MS, none
     assert load_profile(str(out)).front_end_core_ms == got
@@ -279,3 +285,45 @@ def test_reads_what_vllm_says_about_itself() -> None:
         assert info.source["num_gpu_blocks"] == "/metrics cache_config_info"
 
     asyncio.run(main())
+
+
+def test_the_charge_search_bounds_and_refusals() -> None:
+    """The per-request charge that makes a simulated burst as long as the measured one: found
+    where the makespan crosses, floored below (a burst faster than the steps is noise), capped
+    above, and refused where no charge moves the simulated burst."""
+    from fairbench.targets.profile import LEAST_MS, MOST_MS, _charge_for
+
+    def line(x: float) -> float:
+        return 100.0 + 15.0 * x  # 15 requests charged, one after another
+
+    assert _charge_for(line, 160.0) == pytest.approx(4.0, abs=0.01)
+    assert _charge_for(line, 190.0) == pytest.approx(6.0, abs=0.01)
+    assert _charge_for(line, 85.0) == pytest.approx(-1.0)  # by the slope, below 0
+    assert _charge_for(line, 0.0) == LEAST_MS  # floored: one odd burst cannot outweigh
+    assert _charge_for(line, 100.0 + 15.0 * 1000) == MOST_MS
+    assert _charge_for(lambda x: 100.0, 160.0) is None  # the simulated engine never queued
+    assert _charge_for(lambda x: None, 160.0) is None  # it could not serve the burst
+
+
+def test_a_merge_without_load_bursts_carries_no_front_end(fitted: Path, tmp_path: Path) -> None:
+    """Profiles whose data have no load phase (written before it, or probed with
+    --load-requests 0): the merged profile does not keep a front end its data cannot back;
+    and a load row that cannot be replayed is one line, not a traceback."""
+    doc = yaml.safe_load(fitted.read_text())
+    old = copy.deepcopy(doc)
+    old["fit"]["data"] = [r for r in old["fit"]["data"] if r["kind"] != "load"]
+    old["front_end_core_ms"] = 3.0
+    old["fit"]["front_end"] = {"core_ms": 3.0}
+    path = tmp_path / "old.yaml"
+    path.write_text(yaml.safe_dump(old))
+    merged = tmp_path / "merged.yaml"
+    proc = run_cli("profile", "--merge", str(path), "--merge", str(path), "--out", str(merged))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = yaml.safe_load(merged.read_text())
+    assert out["front_end_core_ms"] == 0.0 and "front_end" not in out["fit"]
+    bad = copy.deepcopy(doc)
+    next(r for r in bad["fit"]["data"] if r["kind"] == "load")["gap_ms"] = -1.0
+    path.write_text(yaml.safe_dump(bad))
+    proc = run_cli("profile", "--merge", str(path), "--out", str(merged))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "load burst it cannot replay" in proc.stderr, proc.stderr

@@ -487,6 +487,7 @@ def register(app: typer.Typer) -> None:
             int | None,
             typer.Option(
                 min=0,
+                max=256,
                 help="requests in the load phase's burst (default: twice --max-num-seqs, "
                 "16 to 64; 0: no load phase, front_end_core_ms 0)",
                 metavar="N",

@@ -221,8 +221,10 @@ class ProbeDesign:
         return min(64, max(16, 2 * self.max_num_seqs))
 
     def load_shape(self) -> tuple[int, int]:
-        """The load phase's (prompt, output) tokens, the prompt capped to one step."""
-        return min(self.load_prompt, self.longest_prompt()), self.load_output
+        """The load phase's (prompt, output) tokens: the prompt capped so that it is one step
+        and, with its output, fits the context (`--load-prompt` is a wish, not a limit test)."""
+        room = self.max_model_len - self.load_output - 16
+        return max(16, min(self.load_prompt, self.longest_prompt(), room)), self.load_output
 
     def fits_kv(self, batch: int, prompt: int, output: int) -> bool:
         kv = self.kv_cache_tokens
@@ -630,7 +632,8 @@ async def one_round(
     ]
     load_prompt, load_output = design.load_shape()
     burst = design.burst()
-    load = burst > 0 and design.fits_kv(design.max_num_seqs, load_prompt, load_output)
+    running = min(burst, design.max_num_seqs)  # at most this many hold KV at once
+    load = burst > 0 and design.fits_kv(running, load_prompt, load_output)
     total = len(lengths) * design.prefill_reps + len(configs) + len(mixed) + int(load)
     done = 0
 
@@ -676,6 +679,9 @@ async def one_round(
         # serves them: a queue builds, so every request after the first arrives at a busy
         # engine, spread over its steps as a live run's arrivals are
         gap = load_gap_ms(obs, load_prompt, load_output, design.max_num_seqs)
+        if gap <= 0:  # no step observed this round: a burst sent at once measures another thing
+            step("load")
+            return obs
         t0 = time.perf_counter_ns()
 
         async def send(i: int) -> Stream:
@@ -687,8 +693,10 @@ async def one_round(
         gap_ms = float(np.diff(sent).mean()) / 1e6 if burst > 1 else 0.0
         makespan = (max(s.token_ns[-1] for s in streams) - int(sent[0])) / 1e6
         n_real = round(float(np.median([s.prompt_tokens or load_prompt for s in streams])))
+        # what the engine made, not what was asked (TGI takes no ignore_eos: an EOS ends early)
+        made = round(float(np.median([s.completion_tokens or len(s.token_ns) for s in streams])))
         point = f"load {burst}x{load_prompt}+{load_output}"
-        obs.append(Observation("load", n_real, burst, load_output, makespan, point, gap_ms))
+        obs.append(Observation("load", n_real, burst, max(1, made), makespan, point, gap_ms))
         step("load")
     return obs
 
@@ -848,11 +856,14 @@ def fit(raw: Sequence[Observation], limits: Limits | None = None) -> Fit:
     return best
 
 
-def burst_makespan_ms(the_fit: Fit, limits: Limits, o: Observation, front_end_ms: float) -> float:
+def burst_makespan_ms(
+    the_fit: Fit, limits: Limits, o: Observation, front_end_ms: float
+) -> float | None:
     """The simulated makespan of a load observation's burst: `o.batch` requests of `o.n` prompt
     and `o.context` output tokens, sent `o.gap_ms` apart from 0, each reaching the engine after
     the fitted request overhead, through vLLM's FCFS scheduling on the fitted steps, with
-    `front_end_ms` charged per request that arrives while the engine runs others."""
+    `front_end_ms` charged per request that arrives while the engine runs others; None if the
+    simulated engine could not serve the burst (a prompt past its step budget, unchunked)."""
     from reference_scheduler.core.job import Job
     from reference_scheduler.drivers.virtual import simulate
     from reference_scheduler.scheduler.config import parse_scheduler_config
@@ -872,25 +883,35 @@ def burst_makespan_ms(the_fit: Fit, limits: Limits, o: Observation, front_end_ms
     arrive, gap = c["overhead"] * 1e6, o.gap_ms * 1e6
     jobs = [Job(i, "load", "load", o.n, o.context, round(arrive + i * gap)) for i in range(o.batch)]
     result = simulate(jobs, config)
+    if any(job.status != "finished" for job in result.jobs):
+        return None
     return max(job.done_ns for job in result.jobs) / 1e6
 
 
-def _charge_for(makespan: Callable[[float], float], measured: float) -> float | None:
-    """The charge (ms) at which `makespan(charge)` reaches `measured`; None if no charge up
-    to 256 ms moves it (the simulated engine never queued)."""
-    base, slope_hi = makespan(0.0), makespan(4.0)
-    if slope_hi <= base:
+# Bounds of one burst's estimate (ms): below 0 it is noise (a burst faster than the fitted steps
+# alone), kept so that the median is not biased up but floored so one odd burst cannot outweigh
+# the others; at MOST_MS the search stops.
+LEAST_MS, MOST_MS = -4.0, 256.0
+
+
+def _charge_for(makespan: Callable[[float], float | None], measured: float) -> float | None:
+    """The charge (ms) at which `makespan(charge)` reaches `measured`, within [LEAST_MS,
+    MOST_MS]; None if the simulated burst cannot be served or no charge moves it (the
+    simulated engine never queued)."""
+    base, at4 = makespan(0.0), makespan(4.0)
+    if base is None or at4 is None or at4 <= base:
         return None
     if measured <= base:
-        return (measured - base) / ((slope_hi - base) / 4.0)
+        return max(LEAST_MS, (measured - base) / ((at4 - base) / 4.0))
     lo, hi = 0.0, 4.0
-    while makespan(hi) < measured:
+    while (m := makespan(hi)) is not None and m < measured:
         lo, hi = hi, 2 * hi
-        if hi > 256.0:
-            return None
+        if hi > MOST_MS:
+            return MOST_MS
     for _ in range(14):
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if makespan(mid) < measured else (lo, mid)
+        m = makespan(mid)
+        lo, hi = (mid, hi) if m is not None and m < measured else (lo, mid)
     return (lo + hi) / 2
 
 
@@ -1122,6 +1143,13 @@ def probe_data(doc: dict[str, Any], where: str) -> list[Observation]:
         low = -math.inf if o.kind == "frontend" else 0.0
         if not isinstance(o.ms, int | float) or not math.isfinite(o.ms) or o.ms <= low:
             raise MergeError(f"{where}: fit.data has a step of {o.ms!r} ms ({o.key})")
+        if o.kind == "load" and not (
+            all(isinstance(v, int) and v >= 1 for v in (o.n, o.batch, o.context))
+            and isinstance(o.gap_ms, int | float)
+            and math.isfinite(o.gap_ms)
+            and o.gap_ms >= 0
+        ):
+            raise MergeError(f"{where}: fit.data has a load burst it cannot replay ({o.key})")
     return obs
 
 
@@ -1166,8 +1194,17 @@ def merge_profiles(
         int(first.get("max_num_batched_tokens") or 2048),
         bool(first.get("chunked_prefill", True)),
     )
-    the_fit = fit(raw, limits)
+    from reference_scheduler.scheduler.config import SchedulerConfigError
+
+    try:
+        the_fit = fit(raw, limits)
+    except SchedulerConfigError as error:  # the first profile's limits cannot run a burst
+        raise MergeError(
+            f"{first_where}: its limits cannot simulate the load phase: {error}"
+        ) from None
     out = {**first, "name": name, **the_fit.profile_fields(), "mixed_step": the_fit.form}
+    if the_fit.front_end is None:  # no load phase in the pooled data: no front end to carry
+        out["front_end_core_ms"] = 0.0
     sources = [
         {
             "profile": where,
@@ -1191,4 +1228,6 @@ def merge_profiles(
         "points": the_fit.residuals,
         "data": the_fit.raw,
     }
+    if the_fit.front_end is None:
+        out["fit"].pop("front_end", None)
     return out, the_fit

@@ -40,7 +40,7 @@ known only when it is admitted: to the replica that admits it, if that one ran o
 simulated burst of workload-shaped requests, sent faster than the engine serves them, as long
 as the measured one). On the CPU vLLM on one core, with requests of 512 prompt and 48 output
 tokens, it measured 0–2.5 ms (median about 1 ms; seven probes of one test, 2026-12-02); the
-phase's first form, small one-token requests beside a decoding batch, measured 0.0–0.7 ms.
+phase's first form, small one-token requests beside a decoding batch, measured 0.0–0.9 ms.
 Part of a new request's front end lands in the CPU engine's sum-form chunk constant `a`
 instead (1.7 ms there), since the probe's mixed steps pay it too.
 
