@@ -57,6 +57,11 @@ The verdict held in every 7/s run (three tests, one profile before the runs): re
 In the third, whose first FCFS run found the engine at its probe's speed (TPOT p50 5.74 ms
 live, 6.05 simulated), that run's errors were small — E2E p50 −15% and +0.5%, TTFT p99 +2% and
 −19% (chat, flood) — and the runs after it, slower (7.3–7.9 ms), were not.
+
+With the probe's load phase (2026-12-02: 16 requests of the flood's shape, `front_end_core_ms`
+measured 0–2.5 ms, median about 1): the verdict held (real −65.7%, simulated −63.1%), MAPE 15.7%
+FCFS and 21.4% priority; FCFS twins' TPOT p50 within −5% to +3% of the real runs', priority's
+3–8% low; seven of the twelve figures still outside the tolerances.
 """
 
 from __future__ import annotations
