@@ -8,8 +8,8 @@ TTFT p99 to the real one.
 
 Skipped, with the reason, without FAIRBENCH_VLLM_PYTHON (tests/test_vllm_engine.py says how to
 set it up). The engines are confined to one core and niced (tests/engines/vllm_server.py); the
-protocol (both engines up, warmed, runs interleaved, the flood's rate set from the first probe
-for a load of 0.8) and why is in tests/engines/fidelity_protocol.py.
+protocol (both engines up, warmed, runs interleaved, the flood's rate set from the fastest of
+three probes for a load of 0.8) and why is in tests/engines/fidelity_protocol.py.
 
 What is asserted: every live run valid (the protocol refuses an INVALID one) and every
 simulated one; the profile fitted; fidelity computed for every figure, per tenant and policy;
