@@ -903,11 +903,12 @@ def _charge_for(makespan: Callable[[float], float | None], measured: float) -> f
         return None
     if measured <= base:
         return max(LEAST_MS, (measured - base) / ((at4 - base) / 4.0))
-    lo, hi = 0.0, 4.0
-    while (m := makespan(hi)) is not None and m < measured:
+    lo, hi, m = 0.0, 4.0, at4
+    while m is not None and m < measured:
         lo, hi = hi, 2 * hi
         if hi > MOST_MS:
             return MOST_MS
+        m = makespan(hi)
     for _ in range(14):
         mid = (lo + hi) / 2
         m = makespan(mid)
@@ -1065,8 +1066,8 @@ def profile_document(result: ProbeResult, the_fit: Fit, name: str) -> dict[str, 
     }
     if the_fit.front_end is None and design.burst():
         doc["fit"]["front_end_note"] = (
-            "the load phase did not run (its burst would not fit the KV cache): "
-            "front_end_core_ms is left at 0"
+            "the load phase did not run (its burst would not fit the KV cache, or no round "
+            "observed the steps to pace it by): front_end_core_ms is left at 0"
         )
     if not design.kv_cache_tokens:
         doc["fit"]["kv_cache_tokens_note"] = (

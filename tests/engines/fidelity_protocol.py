@@ -74,7 +74,13 @@ import yaml
 
 from fairbench.decide.compare import Verdict, compare_dirs
 from reference_scheduler.core.costmodel import load_profile
-from tests.engines.load import BUDGET_TOKENS, MAX_NUM_SEQS, engine_load, operating_point
+from tests.engines.load import (
+    BUDGET_TOKENS,
+    MAX_NUM_SEQS,
+    base_rates,
+    engine_load,
+    operating_point,
+)
 from tests.engines.load import probe as probe_engine
 from tests.engines.vllm_server import VLLMServer
 
@@ -142,7 +148,7 @@ def fastest(profiles: list[Path]) -> Path:
     found 1.64-1.97, the flood was sized at 14/s instead of about 21, no queue formed after
     the first run, and the simulated A/B cut chat's TTFT p99 by only 17%."""
     doc = yaml.safe_load(SCENARIO.read_text(encoding="utf-8"))
-    rates = {t["id"]: float(str(t["arrival"]["rate"]).removesuffix("/s")) for t in doc["tenants"]}
+    rates = base_rates(doc)
     return min(profiles, key=lambda path: engine_load(load_profile(str(path)), doc, rates))
 
 

@@ -75,12 +75,17 @@ def engine_load(profile: Profile, doc: dict[str, Any], rates: dict[str, float]) 
     return busy_ms / 1000
 
 
+def base_rates(doc: dict[str, Any]) -> dict[str, float]:
+    """Each tenant's rate in the scenario `doc` (requests/s), as written there."""
+    return {t["id"]: float(str(t["arrival"]["rate"]).removesuffix("/s")) for t in doc["tenants"]}
+
+
 def operating_point(profile_path: Path, scenario: Path, tenant: str, target: float) -> str:
     """The `--set` item that sets `tenant`'s rate (to 0.5/s) so the scenario asks for `target`
     of the probed engine's time by `engine_load`, the other tenants' rates unchanged."""
     profile = load_profile(str(profile_path))
     doc = yaml.safe_load(scenario.read_text(encoding="utf-8"))
-    rates = {t["id"]: float(str(t["arrival"]["rate"]).removesuffix("/s")) for t in doc["tenants"]}
+    rates = base_rates(doc)
     others = engine_load(profile, doc, {**rates, tenant: 0.0})
     per_request = engine_load(profile, doc, {**rates, tenant: 1.0}) - others
     if not per_request > 0 or others >= target:
