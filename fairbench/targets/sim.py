@@ -215,6 +215,7 @@ def run_sim(plan: Plan, scn: Scenario) -> tuple[list[dict[str, Any]], dict[str, 
         "profile": config.profile.name,
         "request_overhead_ms": str(config.profile.request_overhead_ms),
         "front_end_core_ms": str(config.profile.front_end_core_ms),
+        "idle_wake_ms": str(config.profile.idle_wake_ms),
         "replicas": str(config.replicas),
         "steps": str(result.steps),
     }

@@ -39,10 +39,26 @@ known only when it is admitted: to the replica that admits it, if that one ran o
 `fairbench profile` measures it (its load phase: the charge per arriving request that makes a
 simulated burst of workload-shaped requests, sent faster than the engine serves them, as long
 as the measured one). On the CPU vLLM on one core, with requests of 512 prompt and 48 output
-tokens, it measured 0–2.5 ms (median about 1 ms; seven probes of one test, 2026-12-02); the
-phase's first form, small one-token requests beside a decoding batch, measured 0.0–0.9 ms.
+tokens, it measured 0–2.5 ms (median about 1 ms; seven probes of one test, 2026-12-02), and
+with the prompts spread over 300–800 tokens, as the fidelity test's flood sends them, about
+2 ms (1.9–2.4 over each test's probes merged): those bursts' short prompts cost the fitted
+mixed steps more than the fit says, and the charge carries that too. The phase's first form,
+small one-token requests beside a decoding batch, measured 0.0–0.9 ms.
 Part of a new request's front end lands in the CPU engine's sum-form chunk constant `a`
 instead (1.7 ms there), since the probe's mixed steps pay it too.
+
+`idle_wake_ms` is what an engine that has been idle pays to start again: the first step after
+`idle_after_ms` or more with nothing to run is that much longer. A CPU vLLM on one core takes
+about 3 ms more to a request's first token after 100 ms or more of quiet than back to back
+(measured 2026-12-02: 4.3 ms at gaps of 3–30 ms, 6.9 ms at 100 ms, 7.5 ms at 500 ms, 78-token
+prompts, one token), where a live run's lone chat request finds it — its processes have gone
+to sleep and the kernel must wake them on a core shared with the generator and the other
+engine. The simulated engines charge it so: a request arriving at an engine with nothing
+running or waiting, whose last step ended `idle_after_ms` or longer ago (or that never ran),
+adds `idle_wake_ms` to the step that starts it (several replicas: to the replica that admits
+it). `fairbench profile` measures it (its idle phase: a request after 250 ms of quiet, then
+the same-length request back to back; the median difference). The threshold is not probed:
+50 ms lies between the gaps that paid nothing and those that paid all of it.
 
 Profiles are data: one YAML file each in `profiles/`, with their sources; users add their own
 (`profile: path/to/file.yaml` or an inline mapping).
@@ -81,6 +97,8 @@ class Profile:
     mixed_step: str = "max"  # max (a GPU: the chunk hides in the decode step) | sum (a CPU)
     request_overhead_ms: float = 0.0  # send → the engine's scheduler sees it (the sim target)
     front_end_core_ms: float = 0.0  # of each request's front end, taken from a busy engine
+    idle_wake_ms: float = 0.0  # the first step after the engine idled idle_after_ms or longer
+    idle_after_ms: float = 50.0
     source: str = ""
 
     def step_ms(self, n: int, batch: int, context: int) -> float:
@@ -119,7 +137,10 @@ def profile_from_mapping(data: Any, where: str = "profile") -> Profile:
         profile = Profile(**{"name": "custom", **data})
     except TypeError as error:
         raise ProfileError(f"{where}: {error}") from None
-    for name in ("a", "b", "c", "floor", "d", "e", "f", "request_overhead_ms", "front_end_core_ms"):
+    for name in (
+        "a", "b", "c", "floor", "d", "e", "f",
+        "request_overhead_ms", "front_end_core_ms", "idle_wake_ms", "idle_after_ms",
+    ):  # fmt: skip
         value = getattr(profile, name)
         if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
             raise ProfileError(f"{where}.{name}: must be a finite number >= 0, got {value!r}")

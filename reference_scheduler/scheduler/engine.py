@@ -12,8 +12,9 @@ step's token budget (`max_num_batched_tokens`) allow, preempting lower-tier jobs
 budget to decoding sequences (one token each) and then to prefill chunks in admission order
 (chunked prefill), or, without chunked prefill, run a prefill-only round that pauses decoding
 (S-LoRA); (3) cost the step with the profile, plus what was charged to it (`extra_ns`: KV
-swap traffic, and the profile's `front_end_core_ms` of each request that arrived while the
-replica ran others); (4) emit tokens, completions and preemptions.
+swap traffic, the profile's `front_end_core_ms` of each request that arrived while the
+replica ran others, and its `idle_wake_ms` when the step starts a replica that had nothing to
+run for `idle_after_ms` or longer); (4) emit tokens, completions and preemptions.
 
 KV memory is paged in blocks (`block_size`, 16 by default) and reserved at admission for the
 prompt plus max output (reservation admission, as in S-LoRA/VTC's evaluation), so a running job
@@ -80,6 +81,7 @@ class Replica:
         "finish_heap",
         "free_blocks",
         "index",
+        "last_end_ns",
         "noise",
         "pending",
         "prefilling",
@@ -107,6 +109,7 @@ class Replica:
         self.running: dict[int, Job] = {}  # job id -> job, prefilling or decoding
         self.resume: list[tuple[int, int, Job]] = []  # (tier rank, seq, job) preempted here
         self.extra_ns = 0  # swap traffic and front-end core time charged to the next step
+        self.last_end_ns: int | None = None  # when its last step ended (None: it never ran)
         self.result = StepResult(index)
         self.noise: StepNoise | None = None
 
@@ -153,6 +156,8 @@ class Engine:
         # that admission pass began.
         self._steal_ns = round(self.profile.front_end_core_ms * 1e6)
         self._steal_at_arrival = len(self.replicas) == 1
+        self._wake_ns = round(self.profile.idle_wake_ms * 1e6)
+        self._idle_after_ns = round(self.profile.idle_after_ms * 1e6)
 
     # ------------------------------------------------------------------ requests
 
@@ -350,6 +355,10 @@ class Engine:
         preempting = self.preemption.enabled
         # several replicas: each job admitted now pays its front end if the replica ran others
         steal = 0 if self._steal_at_arrival or not rep.running else self._steal_ns
+        # a replica that had nothing to run for idle_after_ms wakes up before its first job
+        last = rep.last_end_ns
+        idle = not rep.running and (last is None or now_ns - last >= self._idle_after_ns)
+        wake = self._wake_ns if idle else 0
         while True:
             if chunked and rep.pending >= budget:
                 break
@@ -374,7 +383,8 @@ class Engine:
             got = policy.dequeue(now_ns)
             assert got is cand, f"{type(policy).__name__}: peek and dequeue disagree"
             self._start(rep, cand, need, now_ns)
-            rep.extra_ns += steal
+            rep.extra_ns += steal + wake
+            wake = 0
 
     def _start(self, rep: Replica, job: Job, need: int, now_ns: int) -> None:
         rep.free_blocks -= need
@@ -457,6 +467,7 @@ class Engine:
         duration = (int(ms * 1e6) or 1) + extra
         rep.extra_ns = 0
         end = now_ns + duration
+        rep.last_end_ns = end
         rep.steps += 1
         rep.pending -= n
         res.start_ns = now_ns

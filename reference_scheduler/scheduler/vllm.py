@@ -34,7 +34,8 @@ What is not modelled: prefix caching, speculative decoding, async scheduling, th
 time is the profile's cost of its prefill tokens and decode sequences, as for `engine.Engine`,
 plus the profile's `front_end_core_ms` for every request that arrived while the engine was
 running requests since the last step began: the core time its API server took from the steps
-(a CPU engine's; costmodel says why).
+(a CPU engine's; costmodel says why); and its `idle_wake_ms` for the step that starts a request
+which found the engine with nothing to do for `idle_after_ms` or longer (costmodel).
 
 It emits the same `StepResult` events and keeps the same per-job fields, so the virtual driver
 (`drivers/virtual.py`) and `fairbench`'s `sim` target run it unchanged. A job's tokens are kept
@@ -155,6 +156,8 @@ class VllmEngine:
         self.recompute_tokens = 0
         self._seq = 0
         self._steal_ns = round(self.profile.front_end_core_ms * 1e6)
+        self._wake_ns = round(self.profile.idle_wake_ms * 1e6)
+        self._idle_after_ns = round(self.profile.idle_after_ms * 1e6)
         noise = StepNoise.per_replica(
             config.spec.step_noise_cv, config.spec.seed, len(self.replicas)
         )
@@ -176,8 +179,12 @@ class VllmEngine:
             return Verdict(False, 400, 0, "context_length_exceeded")
         job.status = "waiting"
         job.prefill_left = job.prompt_tokens  # tokens not yet computed (num_tokens - computed)
-        self.policy.add(job)
         rep = self.replicas[0]
+        if self._wake_ns and not rep.running and not len(self.policy):
+            last = rep.decode_ends[-1] if rep.decode_ends else None
+            if last is None or now_ns - last >= self._idle_after_ns:
+                rep.stolen_ns += self._wake_ns  # an engine that idled wakes up first
+        self.policy.add(job)
         if self._steal_ns and rep.running:  # its front end ran while the engine stepped
             rep.stolen_ns += self._steal_ns
         return ACCEPTED
