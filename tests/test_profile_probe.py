@@ -33,7 +33,7 @@ from tests.loopback import serve, serve_in_thread
 TRUTH = {"a": 8.0, "b": 0.25, "c": 0.0, "d": 20.0, "e": 2.0, "f": 0.004}
 
 
-def known_server(front_end_core_ms: float = 0.0) -> web.Application:
+def known_server(front_end_core_ms: float = 0.0, idle_wake_ms: float = 0.0) -> web.Application:
     profile = {
         "name": "known",
         **TRUTH,
@@ -41,14 +41,17 @@ def known_server(front_end_core_ms: float = 0.0) -> web.Application:
         "max_num_seqs": 8,
         "max_num_batched_tokens": 2048,
         "front_end_core_ms": front_end_core_ms,
+        "idle_wake_ms": idle_wake_ms,
     }
     cfg = parse_server_config({"model": "ref", "scheduler": {"policy": "fifo", "profile": profile}})
     return build_app(cfg)
 
 
-def profile_known(out: Path, *, front_end_ms: float, budget: int, rounds: int, seed: int) -> str:
+def profile_known(
+    out: Path, *, front_end_ms: float, budget: int, rounds: int, seed: int, wake_ms: float = 0.0
+) -> str:
     """`fairbench profile` of a `known_server` into `out`; its stdout."""
-    with serve_in_thread(known_server(front_end_ms)) as url:
+    with serve_in_thread(known_server(front_end_ms, wake_ms)) as url:
         proc = run_cli(
             "profile", "--target-url", url, "--out", str(out), "--max-num-seqs", "8",
             "--max-num-batched-tokens", "2048", "--max-model-len", "4096",
@@ -74,8 +77,8 @@ def test_fit_recovers_the_servers_profile(fitted: Path) -> None:
     assert fit["design"]["seed"] == 3  # --seed reached the probe's prompts
     kinds = {row["kind"] for row in fit["points"]}
     assert kinds == {"prefill", "decode", "mixed"}  # the step fit's points
-    # ... and the load phase's observations, kept for a merge
-    assert {row["kind"] for row in fit["data"]} == {*kinds, "load"}
+    # ... and the load and idle phases' observations, kept for a merge
+    assert {row["kind"] for row in fit["data"]} == {*kinds, "load", "idle"}
     assert fit["rms_relative_residual"] < 0.1  # the form fits the engine it came from
     for key, true in TRUTH.items():
         got, se = doc[key], fit["stderr"][key]
@@ -151,6 +154,91 @@ def test_the_front_ends_core_time_is_measured(fitted: Path, tmp_path: Path) -> N
     none = yaml.safe_load(fitted.read_text())["front_end_core_ms"]
     assert 0.0 <= none <= FRONT_END_SLACK_MS, none
     assert load_profile(str(out)).front_end_core_ms == got
+
+
+# What the third server's engine takes to start after idling (the reference engine charges it to
+# the step that starts a request finding it idle for 50 ms or more), and how far the measure may
+# be from it: the idle phase's difference of two TTFTs of the same prompt, so only the loop's
+# lateness on the two requests is in it.
+WAKE_MS = 12.0
+WAKE_SLACK_MS = 4.0
+
+
+def test_an_idle_engines_wake_is_measured(fitted: Path, tmp_path: Path) -> None:
+    """A server whose engine takes 12 ms to start after 50 ms of quiet is told apart from one
+    that starts at once, and the profile carries it to the simulated engines."""
+    out = tmp_path / "wake.yaml"
+    shown = profile_known(out, front_end_ms=0.0, budget=40, rounds=2, seed=5, wake_ms=WAKE_MS)
+    assert "idle wake" in shown
+    doc = yaml.safe_load(out.read_text())
+    got = doc["idle_wake_ms"]
+    block = doc["fit"]["idle"]
+    assert block["wake_ms"] == got and block["observations"] == 4 * doc["fit"]["rounds"], block
+    assert block["after_quiet_ms"] == 250.0
+    assert abs(got - WAKE_MS) <= WAKE_SLACK_MS, block
+    none = yaml.safe_load(fitted.read_text())
+    assert 0.0 <= none["idle_wake_ms"] <= WAKE_SLACK_MS, none["fit"]["idle"]
+    assert load_profile(str(out)).idle_wake_ms == got
+    # --idle-reps 0: no idle phase, no wake, and the profile says why
+    off = tmp_path / "off.yaml"
+    with serve_in_thread(known_server(0.0, WAKE_MS)) as url:
+        proc = run_cli(
+            "profile", "--target-url", url, "--out", str(off), "--max-num-seqs", "8",
+            "--max-num-batched-tokens", "2048", "--max-model-len", "4096",
+            "--kv-cache-tokens", "200000", "--budget", "20", "--rounds", "1",
+            "--load-requests", "0", "--idle-reps", "0", timeout=300,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    doc = yaml.safe_load(off.read_text())
+    assert "idle" not in doc["fit"] and "idle_note" not in doc["fit"]
+    assert load_profile(str(off)).idle_wake_ms == 0.0
+
+
+def test_the_load_phase_spans_the_prompt_range(tmp_path: Path) -> None:
+    """--load-prompt 64 --load-prompt-to 512: the burst's prompts spread over the range in a
+    shuffled order, each as the engine counted it is kept (and survives a merge), and the
+    burst is simulated with them, not with their median."""
+    from fairbench.targets.profile import Fit, Limits, Observation, burst_makespan_ms
+
+    out = tmp_path / "range.yaml"
+    with serve_in_thread(known_server()) as url:
+        proc = run_cli(
+            "profile", "--target-url", url, "--out", str(out), "--max-num-seqs", "8",
+            "--max-num-batched-tokens", "2048", "--max-model-len", "4096",
+            "--kv-cache-tokens", "200000", "--budget", "30", "--rounds", "1",
+            "--load-prompt", "64", "--load-prompt-to", "512", "--idle-reps", "0", timeout=300,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    doc = yaml.safe_load(out.read_text())
+    assert doc["fit"]["design"]["load_prompt"] == 64
+    assert doc["fit"]["design"]["load_prompt_to"] == 512
+    (row,) = [r for r in doc["fit"]["data"] if r["kind"] == "load"]
+    prompts = row["prompts"]
+    assert len(prompts) == row["batch"] == 16
+    assert min(prompts) < 100 and max(prompts) > 450, prompts  # the server's own counts
+    assert prompts != sorted(prompts) and prompts != sorted(prompts, reverse=True)
+    assert row["n"] == round(float(np.median(prompts)))
+    merged = tmp_path / "merged.yaml"
+    proc = run_cli("profile", "--merge", str(out), "--out", str(merged))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    again = [r for r in yaml.safe_load(merged.read_text())["fit"]["data"] if r["kind"] == "load"]
+    assert again[0]["prompts"] == prompts
+    # the simulated burst: each request's own prompt, not the median for all
+    c = {k: float(doc[k]) for k in "abcdef"} | {"overhead": 0.0}
+    the_fit = Fit(c, {}, [], 0.0, "max", {}, 0, [])
+    spread = Observation("load", row["n"], 16, 16, 0.0, "l", 1.0, tuple(prompts))
+    flat = Observation("load", row["n"], 16, 16, 0.0, "l", 1.0)
+    made_spread = burst_makespan_ms(the_fit, Limits(8, 2048), spread, 0.0)
+    made_flat = burst_makespan_ms(the_fit, Limits(8, 2048), flat, 0.0)
+    assert made_spread is not None and made_flat is not None and made_spread != made_flat
+    # a load row whose prompts do not match its burst cannot be replayed: one line
+    bad = copy.deepcopy(doc)
+    next(r for r in bad["fit"]["data"] if r["kind"] == "load")["prompts"] = prompts[:3]
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(bad))
+    proc = run_cli("profile", "--merge", str(path), "--out", str(merged))
+    assert proc.returncode == 2 and "cannot replay" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def _slowed(doc: dict[str, Any], factor: float) -> dict[str, Any]:
@@ -306,14 +394,17 @@ def test_the_charge_search_bounds_and_refusals() -> None:
 
 
 def test_a_merge_without_load_bursts_carries_no_front_end(fitted: Path, tmp_path: Path) -> None:
-    """Profiles whose data have no load phase (written before it, or probed with
-    --load-requests 0): the merged profile does not keep a front end its data cannot back;
-    and a load row that cannot be replayed is one line, not a traceback."""
+    """Profiles whose data have no load or idle phase (written before them, or probed with
+    --load-requests 0 --idle-reps 0): the merged profile does not keep a front end or a wake
+    its data cannot back; and a load row that cannot be replayed is one line, not a
+    traceback."""
     doc = yaml.safe_load(fitted.read_text())
     old = copy.deepcopy(doc)
-    old["fit"]["data"] = [r for r in old["fit"]["data"] if r["kind"] != "load"]
+    old["fit"]["data"] = [r for r in old["fit"]["data"] if r["kind"] not in ("load", "idle")]
     old["front_end_core_ms"] = 3.0
     old["fit"]["front_end"] = {"core_ms": 3.0}
+    old["idle_wake_ms"] = 3.0
+    old["fit"]["idle"] = {"wake_ms": 3.0}
     path = tmp_path / "old.yaml"
     path.write_text(yaml.safe_dump(old))
     merged = tmp_path / "merged.yaml"
@@ -321,6 +412,18 @@ def test_a_merge_without_load_bursts_carries_no_front_end(fitted: Path, tmp_path
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = yaml.safe_load(merged.read_text())
     assert out["front_end_core_ms"] == 0.0 and "front_end" not in out["fit"]
+    assert out["idle_wake_ms"] == 0.0 and "idle" not in out["fit"]
+    # with its idle rows, a merge refits the wake from them (a pair's difference may be < 0)
+    pooled = copy.deepcopy(doc)
+    idle_rows = [r for r in pooled["fit"]["data"] if r["kind"] == "idle"]
+    for r, ms in zip(idle_rows, (-1.0, 5.0, 7.0, 9.0), strict=False):
+        r["ms"] = ms
+    path.write_text(yaml.safe_dump(pooled))
+    proc = run_cli("profile", "--merge", str(path), "--out", str(merged))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = yaml.safe_load(merged.read_text())
+    want = float(np.median([r["ms"] for r in idle_rows]))
+    assert out["idle_wake_ms"] == pytest.approx(max(0.0, want), abs=1e-3), out["fit"]["idle"]
     bad = copy.deepcopy(doc)
     next(r for r in bad["fit"]["data"] if r["kind"] == "load")["gap_ms"] = -1.0
     path.write_text(yaml.safe_dump(bad))

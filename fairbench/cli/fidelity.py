@@ -477,6 +477,16 @@ def register(app: typer.Typer) -> None:
                 metavar="N",
             ),
         ] = 256,
+        load_prompt_to: Annotated[
+            int | None,
+            typer.Option(
+                min=1,
+                help="spread the load phase's prompts evenly from --load-prompt to this many "
+                "tokens (your workload's range: a CPU engine's steps cost more per token for "
+                "short prompts than the fit says; default: every prompt --load-prompt)",
+                metavar="N",
+            ),
+        ] = None,
         load_output: Annotated[
             int,
             typer.Option(
@@ -493,6 +503,16 @@ def register(app: typer.Typer) -> None:
                 metavar="N",
             ),
         ] = None,
+        idle_reps: Annotated[
+            int,
+            typer.Option(
+                min=0,
+                max=64,
+                help="pairs of the idle phase per round: a request after 250 ms of quiet and "
+                "its twin at once (0: no idle phase, idle_wake_ms 0)",
+                metavar="N",
+            ),
+        ] = 4,
     ) -> None:
         """Fit a cost profile from a live vLLM, SGLang, TGI or OpenAI engine (bounded probe)."""
         import asyncio
@@ -551,7 +571,9 @@ def register(app: typer.Typer) -> None:
             seed=seed,
             load_requests=load_requests,
             load_prompt=load_prompt,
+            load_prompt_to=load_prompt_to,
             load_output=load_output,
+            idle_reps=idle_reps,
         )
         bar = Progress(
             TextColumn("{task.description:<14}"),
@@ -591,6 +613,9 @@ def register(app: typer.Typer) -> None:
         if fit.front_end is not None:  # a median, with its median absolute deviation
             fe = fit.front_end
             table.add_row("front end (core)", f"{fe['core_ms']:.4g}", f"MAD {fe['mad_ms']:.2g}")
+        if fit.idle is not None:
+            idle = fit.idle
+            table.add_row("idle wake", f"{idle['wake_ms']:.4g}", f"MAD {idle['mad_ms']:.2g}")
         out.print(table)
         out.print(
             f"{result.rounds} round(s) of the probe in {result.seconds:.0f} s"

@@ -28,25 +28,38 @@ The experiment, one phase at a time (nothing else should load the engine meanwhi
    the B decode tokens in one pass. This is what separates `a` from the request overhead.
 
 4. **Load.** A burst of `load_requests` streamed requests shaped like a workload's
-   (`load_prompt` prompt tokens, `load_output` output tokens each; give your workload's typical
-   request), sent one after another 0.6 of a request's cost apart (`load_gap_ms`), so a queue
-   builds and the engine runs full batches while requests keep arriving between its steps, as
-   a live run's do. Observed: the burst's makespan, from the first send to the last token.
-   Each request's HTTP parsing, tokenisation and streaming take core time; where the API
-   server shares the engine's cores (a CPU engine) that time is taken from the steps, and it
-   grows with the prompt and the streamed tokens, which is why this phase uses the workload's
-   shape: small one-token requests beside a decoding batch (this phase's first form) measured
-   0.0–0.9 ms on the CPU vLLM, while under a live workload its API server took 0.22 of the
-   core against 0.14 during the probe (docs/simulator.md); and why arrivals are spread over
-   the steps, not sent at once (a burst sent at once ran faster than the fitted steps
-   predict). After the fit, the same burst is simulated with vLLM's scheduling on the fitted
-   steps, and the front-end charge per request that makes the simulated makespan the measured
-   one is one estimate; their median (at least 0) is the profile's `front_end_core_ms`, which
-   the simulated engines charge to the steps of a busy engine per arriving request (costmodel
-   says how). Where the API server has cores of its own (a GPU engine's host) it comes out
-   near 0.
+   (`load_prompt` prompt tokens, or spread evenly from `load_prompt` to `load_prompt_to` in a
+   shuffled order, and `load_output` output tokens each: give your workload's typical request
+   and the range of its prompts), sent one after another 0.6 of a request's cost apart
+   (`load_gap_ms`), so a queue builds and the engine runs full batches while requests keep
+   arriving between its steps, as a live run's do. Observed: the burst's makespan, from the
+   first send to the last token. Each request's HTTP parsing, tokenisation and streaming take
+   core time; where the API server shares the engine's cores (a CPU engine) that time is taken
+   from the steps, and it grows with the prompt and the streamed tokens, which is why this
+   phase uses the workload's shape: small one-token requests beside a decoding batch (this
+   phase's first form) measured 0.0–0.9 ms on the CPU vLLM, while under a live workload its
+   API server took 0.22 of the core against 0.14 during the probe (docs/simulator.md); why
+   arrivals are spread over the steps, not sent at once (a burst sent at once ran faster than
+   the fitted steps predict); and why the prompts span the workload's range (the same engine,
+   four bursts of each: 0.6–0.8 ms per request with every prompt at 512 tokens, 2.0–2.4 ms
+   with prompts of 300–800, whose mixed steps cost more than the fit says at the short end).
+   After the fit, the same burst (each request's prompt as the engine counted it) is
+   simulated with vLLM's scheduling on the fitted steps, and the front-end charge per request
+   that makes the simulated makespan the measured one is one estimate; their median (at
+   least 0) is the profile's `front_end_core_ms`, which the simulated engines charge to the
+   steps of a busy engine per arriving request (costmodel says how). Where the API server has
+   cores of its own (a GPU engine's host) it comes out near 0.
+5. **Idle.** `idle_reps` times: quiet for `idle_gap_ms` (250 ms), a short prompt
+   (`max_tokens=1`), then the same length again at once. Observed: the first one's time to
+   its first token less the second's. Every other phase sends back to back, but a live run's
+   lone request (a chat between two bursts) finds the engine idle, and an engine that idled
+   may take longer to start: the CPU vLLM on one core took about 3 ms more after 100 ms of
+   quiet than after 30 ms or less (its processes sleep and must be woken on a shared core).
+   The median difference (at least 0) is the profile's `idle_wake_ms`, which the simulated
+   engines charge to the step that starts a request finding them idle for `idle_after_ms`
+   (costmodel says how).
 
-The four phases are one round; rounds repeat while the budget lasts (a round starts only if
+The five phases are one round; rounds repeat while the budget lasts (a round starts only if
 one as long as the longest so far still fits; `max_rounds` at most), and the fit takes the
 median of each design point over the rounds, so one slow round (a neighbour's burst, a late
 wake) does not move it. Prompts are distinct random words (an engine's prefix cache must not
@@ -124,7 +137,9 @@ class Observation:
     """One measured step (or TTFT): its kind, the step's terms, and the milliseconds."""
 
     # prefill | decode | mixed | load (n prompt tokens, `batch` requests of `context` output
-    # tokens each, sent `gap_ms` apart; ms: their makespan)
+    # tokens each, sent `gap_ms` apart; ms: their makespan) | idle (n prompt tokens after
+    # `gap_ms` of quiet; ms: its time to first token less that of the same length at once,
+    # which may be below 0)
     kind: str
     n: int  # prefill tokens in the step
     batch: int  # decode sequences in the step
@@ -132,6 +147,7 @@ class Observation:
     ms: float
     key: str = ""  # the design point: the fit takes the median over rounds of each
     gap_ms: float = 0.0  # load: the requests were sent this far apart (ms)
+    prompts: tuple[int, ...] = ()  # load: each request's prompt tokens, in send order
 
 
 ENGINES = ("vllm", "sglang", "tgi", "openai")
@@ -181,7 +197,11 @@ class ProbeDesign:
     mixed_prompts: tuple[int, ...] = (256, 512, 1024)
     load_requests: int | None = None  # the load phase's burst (None: `burst()`; 0: no phase)
     load_prompt: int = 256  # prompt tokens of each of its requests (a workload's typical one)
+    load_prompt_to: int | None = None  # prompts spread evenly from load_prompt to this
     load_output: int = 16  # output tokens of each
+    idle_reps: int = 4  # the idle phase's pairs per round (0: no phase)
+    idle_gap_ms: float = 250.0  # the quiet before each pair's first request
+    idle_prompt: int = 64  # the prompt tokens of both
     budget_s: float = 240.0
     max_rounds: int = 8
     seed: int = 0
@@ -220,11 +240,26 @@ class ProbeDesign:
             return self.load_requests
         return min(64, max(16, 2 * self.max_num_seqs))
 
-    def load_shape(self) -> tuple[int, int]:
-        """The load phase's (prompt, output) tokens: the prompt capped so that it is one step
-        and, with its output, fits the context (`--load-prompt` is a wish, not a limit test)."""
+    def load_shape(self) -> tuple[int, int, int]:
+        """The load phase's (shortest prompt, longest prompt, output) tokens: each prompt capped
+        so that it is one step and, with its output, fits the context (`--load-prompt` is a
+        wish, not a limit test)."""
         room = self.max_model_len - self.load_output - 16
-        return max(16, min(self.load_prompt, self.longest_prompt(), room)), self.load_output
+
+        def cap(n: int) -> int:
+            return max(16, min(n, self.longest_prompt(), room))
+
+        low = cap(self.load_prompt)
+        high = cap(self.load_prompt_to) if self.load_prompt_to is not None else low
+        return min(low, high), max(low, high), self.load_output
+
+    def load_prompts(self, rng: np.random.Generator) -> list[int]:
+        """The burst's prompt lengths in send order: evenly spread over `load_shape`'s range
+        (one length if it is one), shuffled so that long and short ones alternate at random
+        as a workload's do."""
+        low, high, _ = self.load_shape()
+        lengths = np.linspace(low, high, max(1, self.burst())).round().astype(int)
+        return [int(n) for n in rng.permutation(lengths)]
 
     def fits_kv(self, batch: int, prompt: int, output: int) -> bool:
         kv = self.kv_cache_tokens
@@ -630,11 +665,15 @@ async def one_round(
         if n + batch <= design.max_num_batched_tokens
         and design.fits_kv(batch + 1, max(n, 32), tokens)
     ]
-    load_prompt, load_output = design.load_shape()
+    _, load_prompt, load_output = design.load_shape()  # the longest prompt, for the checks
     burst = design.burst()
     running = min(burst, design.max_num_seqs)  # at most this many hold KV at once
     load = burst > 0 and design.fits_kv(running, load_prompt, load_output)
-    total = len(lengths) * design.prefill_reps + len(configs) + len(mixed) + int(load)
+    idle_prompt = min(design.idle_prompt, design.longest_prompt())
+    total = (
+        len(lengths) * design.prefill_reps + len(configs) + len(mixed) + int(load)
+        + design.idle_reps
+    )  # fmt: skip
     done = 0
 
     def step(phase: str) -> None:
@@ -674,30 +713,46 @@ async def one_round(
             n_real = int(long.prompt_tokens or n)
             obs.append(Observation("mixed", n_real, batch, context, gap, f"mixed {n}+{batch}"))
         step("mixed")
-    if load:
-        # sent one after another, a little faster than this round's steps say the engine
-        # serves them: a queue builds, so every request after the first arrives at a busy
-        # engine, spread over its steps as a live run's arrivals are
-        gap = load_gap_ms(obs, load_prompt, load_output, design.max_num_seqs)
-        if gap <= 0:  # no step observed this round: a burst sent at once measures another thing
-            step("load")
-            return obs
+    # the load's requests are sent one after another, a little faster than this round's steps
+    # say the engine serves them: a queue builds, so every request after the first arrives at
+    # a busy engine, spread over its steps as a live run's arrivals are
+    prompts = design.load_prompts(client.rng) if load else []
+    typical = int(np.median(prompts)) if prompts else 0
+    spacing = load_gap_ms(obs, typical, load_output, design.max_num_seqs) if load else 0.0
+    if load and spacing <= 0:  # no step observed this round: a burst sent at once measures
+        step("load")  # another thing
+    elif load:
         t0 = time.perf_counter_ns()
 
         async def send(i: int) -> Stream:
-            await asyncio.sleep(max(0.0, t0 + i * gap * 1e6 - time.perf_counter_ns()) / 1e9)
-            return await client.stream(load_prompt, load_output)
+            await asyncio.sleep(max(0.0, t0 + i * spacing * 1e6 - time.perf_counter_ns()) / 1e9)
+            return await client.stream(prompts[i], load_output)
 
         streams = await asyncio.gather(*(send(i) for i in range(burst)))
         sent = np.array([s.sent_ns for s in streams], dtype=np.int64)
         gap_ms = float(np.diff(sent).mean()) / 1e6 if burst > 1 else 0.0
         makespan = (max(s.token_ns[-1] for s in streams) - int(sent[0])) / 1e6
-        n_real = round(float(np.median([s.prompt_tokens or load_prompt for s in streams])))
+        # the prompts as the engine counted them (its tokenizer, not the words asked for)
+        real = tuple(int(s.prompt_tokens or n) for s, n in zip(streams, prompts, strict=True))
         # what the engine made, not what was asked (TGI takes no ignore_eos: an EOS ends early)
         made = round(float(np.median([s.completion_tokens or len(s.token_ns) for s in streams])))
-        point = f"load {burst}x{load_prompt}+{load_output}"
-        obs.append(Observation("load", n_real, burst, max(1, made), makespan, point, gap_ms))
+        low, high, _ = design.load_shape()
+        shape = f"{low}" if low == high else f"{low}-{high}"
+        point = f"load {burst}x{shape}+{load_output}"
+        n_real = round(float(np.median(real)))
+        obs.append(Observation("load", n_real, burst, max(1, made), makespan, point, gap_ms, real))
         step("load")
+    for _ in range(design.idle_reps):
+        # the quiet, then the request that finds the engine idle, then its twin at once
+        await asyncio.sleep(design.idle_gap_ms / 1000)
+        woken = await client.stream(idle_prompt, 1)
+        warm = await client.stream(idle_prompt, 1)
+        extra = (woken.token_ns[0] - woken.sent_ns - (warm.token_ns[0] - warm.sent_ns)) / 1e6
+        n_real = int(woken.prompt_tokens or idle_prompt)
+        obs.append(
+            Observation("idle", n_real, 0, 0, extra, f"idle {idle_prompt}", design.idle_gap_ms)
+        )
+        step("idle")
     return obs
 
 
@@ -774,12 +829,15 @@ class Fit:
     raw: list[dict[str, Any]]  # every observation of every round
     # the front end's core time per request, from the load phase (None: not probed)
     front_end: dict[str, Any] | None = None
+    # what an idle engine takes to start, from the idle phase (None: not probed)
+    idle: dict[str, Any] | None = None
 
     def summary(self) -> dict[str, Any]:
         """What the profile's `fit:` block says of this fit (a probe's or a merge's)."""
         return {
             "overhead_ms": self.coefficients["overhead"],
             **({"front_end": self.front_end} if self.front_end is not None else {}),
+            **({"idle": self.idle} if self.idle is not None else {}),
             "stderr": self.stderr,
             "rms_relative_residual": round(self.rms_relative, 4),
             "mixed_step": f"{self.form}: the smaller RMS relative residual of the two forms "
@@ -795,16 +853,23 @@ class Fit:
         fields["request_overhead_ms"] = self.coefficients["overhead"]
         if self.front_end is not None:
             fields["front_end_core_ms"] = self.front_end["core_ms"]
+        if self.idle is not None:
+            fields["idle_wake_ms"] = self.idle["wake_ms"]
         return fields
 
 
 def row(o: Observation) -> dict[str, Any]:
-    """An observation as the profile's `fit.data` keeps it (`gap_ms` on load rows only)."""
+    """An observation as the profile's `fit.data` keeps it (`gap_ms` on load and idle rows
+    only, `prompts` on load rows only)."""
     out = {**asdict(o), "ms": round(o.ms, 3)}
-    if o.kind == "load":
+    if o.kind in ("load", "idle"):
         out["gap_ms"] = round(o.gap_ms, 3)
     else:
         del out["gap_ms"]
+    if o.kind == "load" and o.prompts:
+        out["prompts"] = list(o.prompts)
+    else:
+        del out["prompts"]
     return out
 
 
@@ -843,9 +908,10 @@ def fit(raw: Sequence[Observation], limits: Limits | None = None) -> Fit:
     """Both forms of the mixed step fitted; the one with the smaller residuals is kept (a GPU
     hides a prefill chunk in the decode step, a CPU adds it: the data say which). Then the
     front end's core time, from the load phase's observations (`front_end_core`; `limits`
-    are the engine's, for simulating its bursts). Observations of the front-end phase's first
-    form (kind `frontend`, in profiles written before the load phase) are not used."""
-    steps = [o for o in raw if o.kind not in ("frontend", "load")]
+    are the engine's, for simulating its bursts), and what an idle engine takes to start, from
+    the idle phase's (`idle_wake`). Observations of the front-end phase's first form (kind
+    `frontend`, in profiles written before the load phase) are not used."""
+    steps = [o for o in raw if o.kind not in ("frontend", "load", "idle")]
     fits = {form: fit_form(steps, form) for form in ("max", "sum")}
     best = min(fits.values(), key=lambda f: f.rms_relative)
     best.rms_by_form = {form: round(f.rms_relative, 4) for form, f in fits.items()}
@@ -853,14 +919,36 @@ def fit(raw: Sequence[Observation], limits: Limits | None = None) -> Fit:
     if load and limits is not None:
         best.front_end = front_end_core(load, best, limits)
         best.raw += [row(o) for o in load]
+    idle = [o for o in raw if o.kind == "idle"]
+    if idle:
+        best.idle = idle_wake(idle)
+        best.raw += [row(o) for o in idle]
     return best
+
+
+def idle_wake(idle: Sequence[Observation]) -> dict[str, Any]:
+    """What an engine that idled takes to start: per idle observation, the time to first token
+    of a request after the quiet less that of the same request at once (no model in it: the
+    two cost the same prefill); the median, at least 0, with the median absolute deviation."""
+    extra = np.array([o.ms for o in idle])
+    middle = float(np.median(extra))
+    return {
+        "wake_ms": float(f"{max(0.0, middle):.4g}"),
+        "median_ms": round(middle, 4),
+        "mad_ms": round(float(np.median(np.abs(extra - middle))), 4),
+        "observations": len(extra),
+        "after_quiet_ms": float(np.median([o.gap_ms for o in idle])),
+        "method": "per pair, the time to first token of a request after the quiet less that "
+        "of the same length sent at once; median over pairs, at least 0",
+    }
 
 
 def burst_makespan_ms(
     the_fit: Fit, limits: Limits, o: Observation, front_end_ms: float
 ) -> float | None:
-    """The simulated makespan of a load observation's burst: `o.batch` requests of `o.n` prompt
-    and `o.context` output tokens, sent `o.gap_ms` apart from 0, each reaching the engine after
+    """The simulated makespan of a load observation's burst: `o.batch` requests of `o.prompts`
+    (or, in profiles written before them, `o.n` each) prompt and `o.context` output tokens,
+    sent `o.gap_ms` apart from 0, each reaching the engine after
     the fitted request overhead, through vLLM's FCFS scheduling on the fitted steps, with
     `front_end_ms` charged per request that arrives while the engine runs others; None if the
     simulated engine could not serve the burst (a prompt past its step budget, unchunked)."""
@@ -881,7 +969,10 @@ def burst_makespan_ms(
     }
     config = parse_scheduler_config({"engine": "vllm", "policy": "fcfs", "profile": profile})
     arrive, gap = c["overhead"] * 1e6, o.gap_ms * 1e6
-    jobs = [Job(i, "load", "load", o.n, o.context, round(arrive + i * gap)) for i in range(o.batch)]
+    prompts = o.prompts or (o.n,) * o.batch
+    jobs = [
+        Job(i, "load", "load", n, o.context, round(arrive + i * gap)) for i, n in enumerate(prompts)
+    ]
     result = simulate(jobs, config)
     if any(job.status != "finished" for job in result.jobs):
         return None
@@ -1057,13 +1148,18 @@ def profile_document(result: ProbeResult, the_fit: Fit, name: str) -> dict[str, 
             "mixed_prompts": list(design.mixed_prompts),
             "load_requests": design.burst(),
             "load_prompt": design.load_shape()[0],
+            "load_prompt_to": design.load_shape()[1],
             "load_output": design.load_output,
+            "idle_reps": design.idle_reps,
+            "idle_gap_ms": design.idle_gap_ms,
             "max_rounds": design.max_rounds,
             "seed": design.seed,
         },
         "points": the_fit.residuals,
         "data": the_fit.raw,
     }
+    if the_fit.idle is None and design.idle_reps:
+        doc["fit"]["idle_note"] = "no round reached the idle phase: idle_wake_ms is left at 0"
     if the_fit.front_end is None and design.burst():
         doc["fit"]["front_end_note"] = (
             "the load phase did not run (its burst would not fit the KV cache, or no round "
@@ -1124,6 +1220,13 @@ MERGE_DESIGN = (
 )
 
 
+def _observation(row: Any) -> Observation:
+    """One `fit.data` row back as an Observation (TypeError if it is not one)."""
+    if not isinstance(row, dict):
+        raise TypeError(f"not a mapping: {row!r}")
+    return Observation(**{**row, "prompts": tuple(row.get("prompts") or ())})
+
+
 def probe_data(doc: dict[str, Any], where: str) -> list[Observation]:
     """The raw observations a profile's `fit.data` holds (what `profile_document` wrote)."""
     block = doc.get("fit") if isinstance(doc, dict) else None
@@ -1137,11 +1240,11 @@ def probe_data(doc: dict[str, Any], where: str) -> list[Observation]:
         if not isinstance(block.get(key) or {}, dict):
             raise MergeError(f"{where}: fit.{key} is not a mapping")
     try:
-        obs = [Observation(**row) for row in rows]
+        obs = [_observation(row) for row in rows]
     except TypeError:
         raise MergeError(f"{where}: fit.data is not `fairbench profile`'s probe data") from None
-    for o in obs:  # a first-form front-end observation is a difference: 0 or below is fine
-        low = -math.inf if o.kind == "frontend" else 0.0
+    for o in obs:  # a first-form front-end or an idle observation is a difference: any sign
+        low = -math.inf if o.kind in ("frontend", "idle") else 0.0
         if not isinstance(o.ms, int | float) or not math.isfinite(o.ms) or o.ms <= low:
             raise MergeError(f"{where}: fit.data has a step of {o.ms!r} ms ({o.key})")
         if o.kind == "load" and not (
@@ -1149,6 +1252,8 @@ def probe_data(doc: dict[str, Any], where: str) -> list[Observation]:
             and isinstance(o.gap_ms, int | float)
             and math.isfinite(o.gap_ms)
             and o.gap_ms >= 0
+            and (not o.prompts or len(o.prompts) == o.batch)
+            and all(isinstance(v, int) and v >= 1 for v in o.prompts)
         ):
             raise MergeError(f"{where}: fit.data has a load burst it cannot replay ({o.key})")
     return obs
@@ -1206,6 +1311,8 @@ def merge_profiles(
     out = {**first, "name": name, **the_fit.profile_fields(), "mixed_step": the_fit.form}
     if the_fit.front_end is None:  # no load phase in the pooled data: no front end to carry
         out["front_end_core_ms"] = 0.0
+    if the_fit.idle is None:  # nor an idle phase: no wake to carry
+        out["idle_wake_ms"] = 0.0
     sources = [
         {
             "profile": where,
@@ -1231,4 +1338,6 @@ def merge_profiles(
     }
     if the_fit.front_end is None:
         out["fit"].pop("front_end", None)
+    if the_fit.idle is None:
+        out["fit"].pop("idle", None)
     return out, the_fit
