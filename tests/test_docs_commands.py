@@ -100,8 +100,8 @@ SKIPPED: dict[str, str] = {
     ),
     "fairbench compare reports/fcfs reports/prio": VLLM_AB,
     "fairbench profile --target-url http://HOST:8000 --max-num-seqs 256 "
-    "--max-num-batched-tokens 8192 --load-prompt 1024 --load-output 256 --budget 240 "
-    "--out h100-profile.yaml": CALIBRATION,
+    "--max-num-batched-tokens 8192 --load-prompt 256 --load-prompt-to 2048 --load-output 256 "
+    "--budget 240 --out h100-profile.yaml": CALIBRATION,
     "fairbench run scenarios/vllm-priority.yaml --target-url http://HOST:8000 "
     "--simulate h100-profile.yaml --out reports/real-sim": (
         "the calibration loop against your engine at HOST:8000; tests/test_simulate_flag.py "
@@ -117,6 +117,7 @@ SKIPPED: dict[str, str] = {
     "fairbench fidelity reports/real-1 reports/sim-1 --noise reports/real-2 "
     "--out reports/fidelity": CALIBRATION,
     "python benchmarks/bench_fidelity.py": BENCHMARK,
+    "python benchmarks/bench_sensitivity.py": BENCHMARK,
     "fairbench profile --target-url http://HOST:8000 --max-num-seqs 256 --rounds 3 --seed 1 "
     "--out before.yaml": CALIBRATION,
     "fairbench profile --target-url http://HOST:8000 --max-num-seqs 256 --rounds 3 --seed 2 "

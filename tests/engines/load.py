@@ -23,11 +23,14 @@ from reference_scheduler.core.costmodel import Profile, load_profile
 
 MAX_NUM_SEQS = 4  # what VLLMServer starts the engine with
 BUDGET_TOKENS = 2048  # vLLM's max_num_batched_tokens at --max-model-len 2048
-# Two rounds of `fairbench profile`'s experiment (about 7 s on the CPU vLLM); the load phase's
-# requests shaped like the scenarios' flood (300-800 prompt tokens, 48 out), the most of their load
+# Two rounds of `fairbench profile`'s experiment (about 8 s on the CPU vLLM); the load phase's
+# requests shaped like the scenarios' flood (300-800 prompt tokens, 48 out), the most of their
+# load: its prompts over the flood's range, not all at 512 (measured 2026-12-02, four bursts
+# each on one engine: the charge per request came out 0.6-0.8 ms with every prompt at 512 and
+# 2.0-2.4 ms spread over 300-800, which is what the live runs' bursts paid)
 PROBE = ("--rounds", "2", "--max-num-seqs", str(MAX_NUM_SEQS),
          "--max-num-batched-tokens", str(BUDGET_TOKENS),
-         "--load-prompt", "512", "--load-output", "48")  # fmt: skip
+         "--load-prompt", "300", "--load-prompt-to", "800", "--load-output", "48")  # fmt: skip
 
 Cli = Callable[..., "subprocess.CompletedProcess[str]"]
 
@@ -95,3 +98,22 @@ def operating_point(profile_path: Path, scenario: Path, tenant: str, target: flo
         )
     rate = max(0.5, round(2 * (target - others) / per_request) / 2)
     return f"tenants.{tenant}.arrival.rate={rate:g}/s"
+
+
+def burst_point(
+    profile_path: Path, scenario: Path, tenant: str, work_s: float, on_s: float, off_s: float
+) -> str:
+    """The `--set` item that makes `tenant` arrive in bursts: Poisson for `on_s`, silent for
+    `off_s`, at the rate (whole requests/s) that puts `work_s` of the probed engine's time
+    (by `engine_load`) into each burst."""
+    profile = load_profile(str(profile_path))
+    doc = yaml.safe_load(scenario.read_text(encoding="utf-8"))
+    alone = {t: 0.0 for t in base_rates(doc)}
+    per_request = engine_load(profile, doc, {**alone, tenant: 1.0})  # engine seconds each
+    if not per_request > 0:
+        raise ValueError(f"{profile_path}: {tenant}'s requests cost nothing by this profile")
+    rate = max(1, round(work_s / (on_s * per_request)))
+    return (
+        f"tenants.{tenant}.arrival={{process: onoff, rate: {rate}/s, on: {on_s:g}s,"
+        f" off: {off_s:g}s}}"
+    )
