@@ -54,7 +54,7 @@ The experiment, one phase at a time (nothing else should load the engine meanwhi
    its first token less the second's. Every other phase sends back to back, but a live run's
    lone request (a chat between two bursts) finds the engine idle, and an engine that idled
    may take longer to start: the CPU vLLM on one core took about 3 ms more after 100 ms of
-   quiet than after 30 ms or less (its processes sleep and must be woken on a shared core).
+   quiet than after 30 ms or less (why is not established: reference_scheduler's costmodel).
    The median difference (at least 0) is the profile's `idle_wake_ms`, which the simulated
    engines charge to the step that starts a request finding them idle for `idle_after_ms`
    (costmodel says how).

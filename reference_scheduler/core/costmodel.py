@@ -51,9 +51,13 @@ instead (1.7 ms there), since the probe's mixed steps pay it too.
 `idle_after_ms` or more with nothing to run is that much longer. A CPU vLLM on one core takes
 about 3 ms more to a request's first token after 100 ms or more of quiet than back to back
 (measured 2026-12-02: 4.3 ms at gaps of 3–30 ms, 6.9 ms at 100 ms, 7.5 ms at 500 ms, 78-token
-prompts, one token), where a live run's lone chat request finds it — its processes have gone
-to sleep and the kernel must wake them on a core shared with the generator and the other
-engine. The simulated engines charge it so: a request arriving at an engine with nothing
+prompts, one token; 7.5–7.8 ms at 0.7–2.5 s), where a live run's lone chat request between
+two bursts finds it. Why it costs that is not established (vLLM's model worker busy-polls its
+shared-memory queue for a second after its last read and then waits on a socket,
+`distributed/device_communicators/shm_broadcast.py` `SpinCondition`, which does not explain a
+cost from 100 ms on; the engine's three processes share one core with the
+other engine's), and it comes and goes: probes of one engine minutes apart measured 0 or
+2–3 ms. The simulated engines charge it so: a request arriving at an engine with nothing
 running or waiting, whose last step ended `idle_after_ms` or longer ago (or that never ran),
 adds `idle_wake_ms` to the step that starts it (several replicas: to the replica that admits
 it). `fairbench profile` measures it (its idle phase: a request after 250 ms of quiet, then
