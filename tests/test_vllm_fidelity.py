@@ -37,9 +37,10 @@ over the flood's 300–800 about 2.2; `--load-prompt-to`), and the two engines' 
 so a twin now takes the probes of its own engine, and the per-request charges of every probe
 of the test: `twin_profile`). Chat's requests are 100–400 prompt tokens and 32 out here, so
 that the VM's wake-ups (0 or 2.5 ms, probe to probe) are not a third of its TTFT p50. Measured
-with all of them (docs/simulator.md has the table): MAPE 5.6% and 11.4% (FCFS, priority) in
-one test, 6.2% and 5.1% in the next; the largest median error −9.6% and −10.8%; the verdict
-real −85.9% / simulated −84.8%, and −83.9% / −85.8%.
+with all of them, three tests in a row with this assertion (docs/simulator.md has the table):
+MAPE 6.2/5.1%, 2.5/2.3% (the full CI run) and 2.9/3.7% (FCFS/priority); the largest median
+error −10.8%, −3.7% and +3.9%; the verdict real −83.9/−84.5/−86.0%, simulated
+−85.8/−85.6/−86.3%.
 """
 
 from __future__ import annotations
