@@ -40,8 +40,8 @@ known only when it is admitted: to the replica that admits it, if that one ran o
 simulated burst of workload-shaped requests, sent faster than the engine serves them, as long
 as the measured one). On the CPU vLLM on one core, with requests of 512 prompt and 48 output
 tokens, it measured 0–2.5 ms (median about 1 ms; seven probes of one test, 2026-12-02), and
-with the prompts spread over 300–800 tokens, as the fidelity test's flood sends them, about
-2 ms (1.9–2.4 over each test's probes merged): those bursts' short prompts cost the fitted
+with the prompts spread over 300–800 tokens, as the fidelity test's flood sends them, 1.3–2.5
+ms over each test's probes merged (seven tests): those bursts' short prompts cost the fitted
 mixed steps more than the fit says, and the charge carries that too. The phase's first form,
 small one-token requests beside a decoding batch, measured 0.0–0.9 ms.
 Part of a new request's front end lands in the CPU engine's sum-form chunk constant `a`

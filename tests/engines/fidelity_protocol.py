@@ -319,10 +319,11 @@ def twin_profile(around: Path, whole: Path) -> Path:
     ±1 ms (median absolute deviations of 1.0 and 0.5 ms over a test's bursts and pairs), so
     the four bursts and sixteen pairs of two probes put a twin's charge anywhere in 0.3–2.9 ms
     and its wake in 0.5–2.5 (2026-12-02); they are the cost of the engine's software and of
-    waking it, not of its core's speed, and pooled over a test's ten probes they came out
-    1.9–2.4 ms and 1.2–2.2 ms. In one test the two priority twins whose probes had charged
-    0.3 and 1.0 ms were 13–17% fast on the flood's E2E and TTFT p50; on the pooled charge,
-    −6% and +2%."""
+    waking it, not of its core's speed; pooled over a test's probes the charge came out
+    1.3–2.5 ms and the wake 0.2–2.2 ms in seven tests (the wake varies with the VM from test to
+    test, which is what chat's prompt length here is for: CHAT_SHAPE). In one test the two
+    priority twins whose probes had charged 0.3 and 1.0 ms were 13–17% fast on the flood's E2E
+    and TTFT p50; on the pooled charge, −6% and +2%."""
     doc = yaml.safe_load(around.read_text(encoding="utf-8"))
     pooled = yaml.safe_load(whole.read_text(encoding="utf-8"))
     for key in POOLED:
