@@ -14,7 +14,7 @@ policy's cut of chat's TTFT p99 shows whether the point is still a scheduling ex
 The scenario is the fidelity test's (`scenarios/vllm-priority.yaml` with its chat shape, four
 sequences per step, the flood's rate set from the profile as tests/engines/fidelity_protocol.py
 sets it: a steady Poisson load of `--load`, or bursts of 1 s of the engine's time every 4 s).
-Simulation only, about 30 s:
+Simulation only, about 15 s:
 
     python benchmarks/bench_sensitivity.py
 """
@@ -98,11 +98,11 @@ def main() -> int:
     }
     slower = scaled(args.profile, args.scale, work)
     rows = []
-    for label, point in points.items():
+    for i, (label, point) in enumerate(points.items()):
         runs = {}
         for policy in POLICIES:
             for tag, profile in (("base", base), ("scaled", slower)):
-                name = f"{len(rows)}-{policy}-{tag}"
+                name = f"{i}-{policy}-{tag}"
                 runs[policy, tag] = figures(policy, profile, point, work, name)
         cut = runs["priority", "base"]["chat ttft p99"] / runs["fcfs", "base"]["chat ttft p99"]
         for policy in POLICIES:

@@ -175,11 +175,11 @@ def test_an_idle_engines_wake_is_measured(fitted: Path, tmp_path: Path) -> None:
     block = doc["fit"]["idle"]
     assert block["wake_ms"] == got and block["observations"] == 4 * doc["fit"]["rounds"], block
     assert block["after_quiet_ms"] == 250.0
-    assert abs(got - WAKE_MS) <= WAKE_SLACK_MS, block
+    assert WAKE_MS / 2 <= got <= WAKE_MS + WAKE_SLACK_MS, block
     none = yaml.safe_load(fitted.read_text())
     assert 0.0 <= none["idle_wake_ms"] <= WAKE_SLACK_MS, none["fit"]["idle"]
     assert load_profile(str(out)).idle_wake_ms == got
-    # --idle-reps 0: no idle phase, no wake, and the profile says why
+    # --idle-reps 0: no idle phase, so no wake and no idle block
     off = tmp_path / "off.yaml"
     with serve_in_thread(known_server(0.0, WAKE_MS)) as url:
         proc = run_cli(
@@ -190,7 +190,8 @@ def test_an_idle_engines_wake_is_measured(fitted: Path, tmp_path: Path) -> None:
         )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     doc = yaml.safe_load(off.read_text())
-    assert "idle" not in doc["fit"] and "idle_note" not in doc["fit"]
+    assert "idle" not in doc["fit"]
+    assert not [r for r in doc["fit"]["data"] if r["kind"] == "idle"]
     assert load_profile(str(off)).idle_wake_ms == 0.0
 
 

@@ -926,17 +926,26 @@ def fit(raw: Sequence[Observation], limits: Limits | None = None) -> Fit:
     return best
 
 
+def _median_of(name: str, values: Sequence[float]) -> dict[str, Any]:
+    """A charge estimated per burst or pair: `name` the median at least 0 (a charge cannot be
+    negative; below-0 estimates are kept so the median is not biased up), with the median,
+    the median absolute deviation and the count."""
+    array = np.array(values, dtype=float)
+    middle = float(np.median(array))
+    return {
+        name: float(f"{max(0.0, middle):.4g}"),
+        "median_ms": round(middle, 4),
+        "mad_ms": round(float(np.median(np.abs(array - middle))), 4),
+        "observations": len(array),
+    }
+
+
 def idle_wake(idle: Sequence[Observation]) -> dict[str, Any]:
     """What an engine that idled takes to start: per idle observation, the time to first token
     of a request after the quiet less that of the same request at once (no model in it: the
     two cost the same prefill); the median, at least 0, with the median absolute deviation."""
-    extra = np.array([o.ms for o in idle])
-    middle = float(np.median(extra))
     return {
-        "wake_ms": float(f"{max(0.0, middle):.4g}"),
-        "median_ms": round(middle, 4),
-        "mad_ms": round(float(np.median(np.abs(extra - middle))), 4),
-        "observations": len(extra),
+        **_median_of("wake_ms", [o.ms for o in idle]),
         "after_quiet_ms": float(np.median([o.gap_ms for o in idle])),
         "method": "per pair, the time to first token of a request after the quiet less that "
         "of the same length sent at once; median over pairs, at least 0",
@@ -1028,13 +1037,8 @@ def front_end_core(load: Sequence[Observation], the_fit: Fit, limits: Limits) ->
             "observations": 0,
             "method": "no burst of the load phase kept the simulated engine busy",
         }
-    stolen = np.array(estimates)
-    middle = float(np.median(stolen))
     return {
-        "core_ms": float(f"{max(0.0, middle):.4g}"),
-        "median_ms": round(middle, 4),
-        "mad_ms": round(float(np.median(np.abs(stolen - middle))), 4),
-        "observations": len(stolen),
+        **_median_of("core_ms", estimates),
         "method": "per request, what makes the load phase's burst, simulated with vLLM's "
         "scheduling on the fitted steps, as long as it was measured; median over bursts, "
         "at least 0",
@@ -1158,8 +1162,6 @@ def profile_document(result: ProbeResult, the_fit: Fit, name: str) -> dict[str, 
         "points": the_fit.residuals,
         "data": the_fit.raw,
     }
-    if the_fit.idle is None and design.idle_reps:
-        doc["fit"]["idle_note"] = "no round reached the idle phase: idle_wake_ms is left at 0"
     if the_fit.front_end is None and design.burst():
         doc["fit"]["front_end_note"] = (
             "the load phase did not run (its burst would not fit the KV cache, or no round "
