@@ -1,0 +1,348 @@
+"""Every metric's definition: its formula, unit, direction, population, interval method and the
+function that computes it from a run's columns. The one place a figure is defined; the
+registry (fairbench.analysis.registry) looks names up in `METRICS`, the summary block
+(fairbench.analysis.metrics_block) computes them, `fairbench metrics` prints them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from fairbench.analysis import censored
+from fairbench.analysis.columns import Cols
+from fairbench.analysis.metric import GROUPS, Compute, Metric, Value
+from fairbench.analysis.metrics import jain
+
+
+def _mask(c: Cols, mask: np.ndarray | None, base: np.ndarray) -> np.ndarray:
+    return base if mask is None else base & mask
+
+
+def _quantile(which: str, q: float) -> Compute:
+    def compute(c: Cols, mask: np.ndarray | None) -> Value:
+        return censored.quantile(c.obs(which, mask), q)
+
+    return compute
+
+
+def _everyone(c: Cols) -> np.ndarray:
+    return np.ones(len(c), dtype=bool)
+
+
+def _with_ttft_slo(c: Cols) -> np.ndarray:
+    """Admitted requests of classes with a TTFT SLO."""
+    return c.ttft_x & np.isfinite(c.slo_ttft)
+
+
+def _share(column: str, population: Callable[[Cols], np.ndarray] = _everyone) -> Compute:
+    def compute(c: Cols, mask: np.ndarray | None) -> Value:
+        sel = _mask(c, mask, population(c))
+        return (float(getattr(c, column)[sel].mean()) if sel.any() else math.nan), False
+
+    return compute
+
+
+def _rate(column: str) -> Compute:
+    def compute(c: Cols, mask: np.ndarray | None) -> Value:
+        values = getattr(c, column)
+        sel = values if mask is None else values * mask
+        return (float(np.sum(sel)) / c.window_s if c.window_s > 0 else math.nan), False
+
+    return compute
+
+
+def _goodput(c: Cols, mask: np.ndarray | None) -> Value:
+    met = c.met if mask is None else c.met & mask
+    return (float(met.sum()) / c.window_s if c.window_s > 0 else math.nan), False
+
+
+def _throughput_share(c: Cols, mask: np.ndarray | None) -> Value:
+    total = float(c.served.sum())
+    if total <= 0:
+        return math.nan, False
+    return float(c.served[mask].sum() if mask is not None else total) / total, False
+
+
+def _starved(c: Cols, mask: np.ndarray | None) -> Value:
+    pop = _mask(c, mask, _with_ttft_slo(c))
+    if not pop.any():
+        return math.nan, False
+    late = ~c.ttft_o | (c.ttft_t > 10.0 * np.nan_to_num(c.slo_ttft, nan=np.inf))
+    return float(late[pop].mean()), False
+
+
+def _tenant_isolation(c: Cols, k: int) -> Value:
+    solo = float(c.solo_ttft[k]) if 0 <= k < len(c.solo_ttft) else math.nan
+    if not math.isfinite(solo) or solo <= 0:
+        return math.nan, False
+    p99, bound = censored.quantile(c.obs("ttft", c.tenant == k), 0.99)
+    return p99 / solo, bound
+
+
+def _isolation(c: Cols, mask: np.ndarray | None) -> Value:
+    """Per tenant: its TTFT p99 in the mix ÷ alone; overall (and for other groups): the worst
+    tenant's."""
+    ks = sorted({int(k) for k in np.unique(c.tenant if mask is None else c.tenant[mask])})
+    values = [_tenant_isolation(c, k) for k in ks if k >= 0]
+    values = [v for v in values if math.isfinite(v[0])]
+    if not values:
+        return math.nan, False
+    worst = max(values, key=lambda v: v[0])
+    return worst
+
+
+def _slowdowns(c: Cols, mask: np.ndarray | None) -> list[float]:
+    sel = _mask(c, mask, c.e2e_x)
+    slow = c.e2e_t / c.unloaded
+    out = []
+    for k in np.unique(c.tenant[sel]):
+        rows = sel & (c.tenant == k)
+        if rows.any():
+            out.append(float(slow[rows].mean()))
+    return [v for v in out if math.isfinite(v)]
+
+
+def _worst_slowdown(c: Cols, mask: np.ndarray | None) -> Value:
+    per = _slowdowns(c, mask)
+    if len(per) < 2 or min(per) <= 0:
+        return math.nan, False
+    return max(per) / min(per), False
+
+
+def _jain_slowdown(c: Cols, mask: np.ndarray | None) -> Value:
+    per = _slowdowns(c, mask)
+    return (jain(np.array(per)) if len(per) >= 2 else math.nan), False
+
+
+def _ttft_p99_drift(c: Cols, mask: np.ndarray | None) -> Value:
+    sel = _mask(c, mask, c.ttft_x)
+    t = c.t[sel]
+    if len(t) < 50:
+        return math.nan, False
+    lo, hi = np.quantile(t, [0.2, 0.8])
+    first = censored.Observations(c.ttft_t[sel][t <= lo], c.ttft_o[sel][t <= lo])
+    last = censored.Observations(c.ttft_t[sel][t >= hi], c.ttft_o[sel][t >= hi])
+    a, a_bound = censored.quantile(first, 0.99)
+    b, b_bound = censored.quantile(last, 0.99)
+    if not a > 0 or a_bound:
+        return math.nan, False
+    return b / a - 1.0, b_bound
+
+
+_ALL = GROUPS
+_LAT_POP = (
+    "admitted requests (sent, not rejected) of the group in the measurement window; a request "
+    "that timed out, was cancelled or failed is right-censored at the time it was last seen"
+)
+_KM = (
+    "Kaplan–Meier p_q = min{t : F(t) ≥ q} (the ceil(q·n)-th order statistic without censoring); "
+    "a lower bound when q falls in censored mass"
+)
+_KM_CI = "exact bootstrap (no censoring) or Brookmeyer–Crowley/Greenwood; [bound, ∞) for a bound"
+
+
+def _latency(name: str, which: str, q: float, what: str, headline: bool = False) -> Metric:
+    return Metric(
+        name,
+        "ms",
+        "lower",
+        what,
+        _LAT_POP,
+        _ALL,
+        0.05,
+        headline=headline,
+        quantile=_KM,
+        ci=_KM_CI,
+        compute=_quantile(which, q),
+        scale=1e-6,
+        latency=(which, q),
+    )
+
+
+_TTFT = "t_first_token (or the whole response, if it streams none) − t_intended"
+_E2E = "t_done − t_intended"
+_TPOT = "(t_last_token − t_first_token) ÷ (output_tokens − 1)"
+
+METRICS: tuple[Metric, ...] = (
+    _latency("ttft_p50", "ttft", 0.50, f"p50 of TTFT = {_TTFT}"),
+    _latency("ttft_p90", "ttft", 0.90, f"p90 of TTFT = {_TTFT}"),
+    _latency("ttft_p99", "ttft", 0.99, f"p99 of TTFT = {_TTFT}", headline=True),
+    _latency("e2e_p50", "e2e", 0.50, f"p50 of E2E = {_E2E}"),
+    _latency("e2e_p99", "e2e", 0.99, f"p99 of E2E = {_E2E}", headline=True),
+    _latency("tpot_p50", "tpot", 0.50, f"p50 of TPOT = {_TPOT}"),
+    _latency("tpot_p99", "tpot", 0.99, f"p99 of TPOT = {_TPOT}"),
+    Metric(
+        "slo_attainment",
+        "share",
+        "higher",
+        "requests that ended ok with TTFT, TPOT and E2E within their class's SLO ÷ requests",
+        "every request of the group in the measurement window (a rejected, failed or unfinished "
+        "request did not meet its SLO)",
+        _ALL,
+        0.01,
+        absolute=True,
+        headline=True,
+        ci="Wilson score interval",
+        compute=_share("met"),
+        share_of=_everyone,
+    ),
+    Metric(
+        "goodput",
+        "req/s",
+        "higher",
+        "requests that met their SLO ÷ measurement window length",
+        "every request of the group in the measurement window",
+        _ALL,
+        0.05,
+        compute=_goodput,
+    ),
+    Metric(
+        "throughput",
+        "req/s",
+        "higher",
+        "requests that ended ok ÷ measurement window length",
+        "every request of the group in the measurement window",
+        _ALL,
+        0.05,
+        compute=_rate("ok"),
+    ),
+    Metric(
+        "throughput_share",
+        "share",
+        "higher",
+        "the group's service (1·prompt + 2·output tokens served) ÷ all service in the window",
+        "requests that were served (ok, or any output token) in the measurement window",
+        ("tenant", "class", "workload"),
+        0.02,
+        absolute=True,
+        headline=True,
+        compute=_throughput_share,
+    ),
+    Metric(
+        "rejected_share",
+        "share",
+        "lower",
+        "requests rejected (429/503) ÷ requests",
+        "every request of the group in the measurement window",
+        _ALL,
+        0.01,
+        absolute=True,
+        ci="Wilson score interval",
+        compute=_share("rejected"),
+        share_of=_everyone,
+    ),
+    Metric(
+        "unfinished_share",
+        "share",
+        "lower",
+        "requests that timed out or were cancelled ÷ requests",
+        "every request of the group in the measurement window",
+        _ALL,
+        0.01,
+        absolute=True,
+        ci="Wilson score interval",
+        compute=_share("unfinished"),
+        share_of=_everyone,
+    ),
+    Metric(
+        "starved_share",
+        "share",
+        "lower",
+        "requests whose first response took over 10 × their class's TTFT SLO, or never came ÷ "
+        "requests",
+        "admitted requests of classes with a TTFT SLO (rejected ones are `rejected_share`)",
+        _ALL,
+        0.01,
+        absolute=True,
+        headline=True,
+        ci="Wilson score interval",
+        compute=_starved,
+        share_of=_with_ttft_slo,
+    ),
+    Metric(
+        "isolation",
+        "ratio",
+        "lower",
+        "a tenant's TTFT p99 in the mix ÷ its TTFT p99 when the same plan runs with only that "
+        "tenant (the solo arm); for the overall figure and classes, the worst tenant's",
+        "admitted requests; the solo arm is simulated for `sim` targets (live targets need "
+        "solo runs: no value otherwise)",
+        ("overall", "tenant"),
+        0.05,
+        headline=True,
+        ci="compare bootstraps the mix; the solo arm is fixed",
+        compute=_isolation,
+    ),
+    Metric(
+        "worst_slowdown_ratio",
+        "ratio",
+        "lower",
+        "max over tenants of mean slowdown ÷ min over tenants, slowdown = E2E ÷ the request's "
+        "E2E alone on the engine (cost model for sim/reference; else 1 ms per prompt + output "
+        "token). Not a headline fairness figure: a fair queue makes a flooding tenant absorb "
+        "its own backlog, which raises this ratio, while FIFO's equal misery lowers it",
+        "admitted requests (an unfinished one enters with its E2E so far: a lower bound)",
+        ("overall", "class"),
+        0.05,
+        compute=_worst_slowdown,
+    ),
+    Metric(
+        "jain_slowdown",
+        "index",
+        "higher",
+        "Jain's index over tenants of mean slowdown (as in worst_slowdown_ratio)",
+        "admitted requests",
+        ("overall", "class"),
+        0.02,
+        absolute=True,
+        compute=_jain_slowdown,
+    ),
+    Metric(
+        "ttft_p99_drift",
+        "ratio",
+        "lower",
+        "TTFT p99 of the last fifth of the window (by intended time) ÷ that of the first fifth − 1",
+        _LAT_POP,
+        ("overall",),
+        0.05,
+        absolute=True,
+        compute=_ttft_p99_drift,
+    ),
+    Metric(
+        "service_difference",
+        "tokens",
+        "lower",
+        "max over tenant pairs and intervals in which both were backlogged (a request waiting "
+        "for its first response) of |W_f/w_f − W_g/w_g|, W = service (1·prompt + 2·output "
+        "tokens, spread over first response → end); VTC's bounded quantity (Sheng et al., "
+        "OSDI 2024, Thm 4.2)",
+        "requests of the measurement window",
+        ("overall",),
+        0.10,
+    ),
+    Metric(
+        "jain_backlogged",
+        "index",
+        "higher",
+        "mean over windows with ≥ 2 backlogged tenants of Jain's index of weighted service of "
+        "the tenants backlogged ≥ half the window",
+        "requests of the measurement window",
+        ("overall",),
+        0.02,
+        absolute=True,
+        headline=True,
+    ),
+    Metric(
+        "jain_backlogged_min",
+        "index",
+        "higher",
+        "the smallest per-window value of jain_backlogged",
+        "requests of the measurement window",
+        ("overall",),
+        0.02,
+        absolute=True,
+    ),
+)

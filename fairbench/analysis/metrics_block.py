@@ -1,0 +1,74 @@
+"""summary.json's `metrics` block: every registry figure for every group it exists for, with the
+interval its definition declares. Pure: a run's columns in, a dict out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from fairbench.analysis import censored
+from fairbench.analysis.columns import Cols
+from fairbench.analysis.definitions import METRICS
+from fairbench.analysis.metric import Metric
+from fairbench.analysis.stats import proportion_ci
+
+
+def _entry(metric: Metric, c: Cols, mask: np.ndarray | None) -> dict[str, Any]:
+    assert metric.compute is not None
+    value, bound = metric.compute(c, mask)
+    entry: dict[str, Any] = {"value": _clean(value * metric.scale), "lower_bound": bound}
+    if metric.latency is not None:
+        which, q = metric.latency
+        est = censored.quantile_estimate(c.obs(which, mask), q)
+        entry.update(est.as_dict(scale=metric.scale))
+    elif metric.share_of is not None:
+        pop = metric.share_of(c)
+        n = int(pop.sum() if mask is None else (pop & mask).sum())
+        if n and math.isfinite(value):
+            est = proportion_ci(round(value * n), n)
+            entry.update(ci_low=_clean(est.low), ci_high=_clean(est.high), n=n)
+    return entry
+
+
+def _clean(v: float) -> float | None:
+    return None if not math.isfinite(v) else round(float(v), 6)
+
+
+def metrics_block(
+    c: Cols,
+    names: Mapping[str, list[str]],
+    timeline_values: Mapping[str, float | None],
+) -> dict[str, Any]:
+    """summary.json's `metrics`: every registry figure for every group it exists for.
+
+    `names`: the group keys per dimension (tenant ids, class names, workload names), in the
+    order `c`'s codes use; `timeline_values`: the overall timeline figures."""
+    out: dict[str, Any] = {"overall": {}, "class": {}, "tenant": {}, "workload": {}}
+    codes = {"class": c.cls, "tenant": c.tenant, "workload": c.workload}
+    for i, metric in enumerate(METRICS):
+        if metric.compute is None:
+            if "overall" in metric.groups:
+                value = timeline_values.get(metric.name)
+                out["overall"][metric.name] = {
+                    "value": None if value is None else _clean(value),
+                    "lower_bound": False,
+                }
+            continue
+        if "overall" in metric.groups:
+            out["overall"][metric.name] = _entry(metric, c, None)
+        for group in ("class", "tenant", "workload"):
+            if group not in metric.groups:
+                continue
+            for k, key in enumerate(names[group]):
+                mask = codes[group] == k
+                if not mask.any():
+                    continue
+                out[group].setdefault(key, {})[metric.name] = _entry(metric, c, mask)
+        following = METRICS[i + 1].latency if i + 1 < len(METRICS) else None
+        if metric.latency is not None and (following is None or following[0] != metric.latency[0]):
+            c.forget()  # the last percentile of this latency: its curves go (bounded memory)
+    return out
