@@ -20,8 +20,9 @@ import pandas as pd
 
 from fairbench.analysis import censored
 from fairbench.analysis import metrics as m
+from fairbench.analysis.drift import drift
 from fairbench.analysis.fairness import service_difference
-from fairbench.analysis.stats import sample_quantile, trend_test
+from fairbench.analysis.stats import trend_test
 from fairbench.workload.scenario import Scenario
 
 
@@ -99,14 +100,18 @@ def starvation_block(df: pd.DataFrame, scn: Scenario, k: float = 10.0) -> dict[s
 
 
 def drift_block(df: pd.DataFrame, window_s: float, step_s: float, seed: int = 0) -> dict[str, Any]:
-    """TTFT p99 per rolling window (censored: unfinished requests count); drift of the last
-    window against the first, with a CI from the exact bootstrap distributions of both
-    quantiles where neither window has unfinished requests; Kendall's trend test over the
-    series. Each window is a slice of the requests sorted by intended time: O(n log n)."""
+    """TTFT p99 per rolling window (censored: unfinished requests count) with each window's
+    interval; drift of the last window against the first with its interval and the p-value of
+    the same statistic (fairbench.analysis.drift: they agree by construction). Kendall's tau over
+    non-overlapping windows is kept as a description of the series' direction, not as a test
+    (rolling windows share requests). Each window is a slice of the requests sorted by intended
+    time: O(n log n). `seed` is unused (the interval draws nothing) and kept for callers."""
+    del seed
     obs = censored.ttft_rows(df, None)
     sel = obs.eligible
     order = np.argsort(df["t_intended_ns"].to_numpy(dtype=float)[sel], kind="stable")
-    t = df["t_intended_ns"].to_numpy(dtype=float)[sel][order] / 1e9
+    t_ns = df["t_intended_ns"].to_numpy(dtype=float)[sel][order]
+    t = t_ns / 1e9
     times, seen = obs.time[sel][order], obs.observed[sel][order]
     if not len(t):
         return {"windows": [], "drift": None}
@@ -116,42 +121,36 @@ def drift_block(df: pd.DataFrame, window_s: float, step_s: float, seed: int = 0)
     series = []
     windows = []
     for lo, a, b in zip(starts, lo_idx, hi_idx, strict=True):
-        w = censored.Observations(times[a:b], seen[a:b])
+        w = censored.Observations(times[a:b], seen[a:b], t_ns[a:b])
         windows.append(w)
-        value, bound = censored.quantile(w, 0.99)
+        est = censored.quantile_estimate(w, 0.99)
         series.append(
             {
                 "start_s": round(float(lo), 3),
                 "n": int(b - a),
-                "p99_ms": None if not len(w) else round(value / 1e6, 4),
-                "lower_bound": bound,
+                "p99_ms": None if not len(w) else round(est.value / 1e6, 4),
+                "lower_bound": est.bound,
+                "ci_low_ms": None if not math.isfinite(est.low) else round(est.low / 1e6, 4),
+                "ci_high_ms": None if not math.isfinite(est.high) else round(est.high / 1e6, 4),
             }
         )
     out: dict[str, Any] = {"window_s": window_s, "step_s": step_s, "windows": series}
     first, last = (windows[0], windows[-1]) if len(windows) >= 2 else (None, None)
     if first is not None and last is not None and len(first) >= 20 and len(last) >= 20:
-        a_val, a_bound = censored.quantile(first, 0.99)
-        b_val, b_bound = censored.quantile(last, 0.99)
-        tau, p = trend_test(starts, np.array([s["p99_ms"] or np.nan for s in series], dtype=float))
-        drift: dict[str, Any] = {
-            "relative": float(b_val / a_val - 1) if a_val > 0 else None,
-            "lower_bound": b_bound and not a_bound,
-            "ci_low": None,
-            "ci_high": None,
+        found = drift(first, last, q=0.99)
+        stride = max(1, round(window_s / step_s)) if step_s > 0 else 1
+        apart = np.array([s["p99_ms"] or np.nan for s in series], dtype=float)[::stride]
+        tau, _ = trend_test(starts[::stride], apart)
+        fields = found.interval.fields()
+        drift_out: dict[str, Any] = {
+            "relative": None if not math.isfinite(found.value) else float(found.value),
+            "lower_bound": found.lower_bound,
+            **fields,
             "trend_tau": tau,
-            "trend_p": p,
+            "trend_p": None if not math.isfinite(found.p_value) else found.p_value,
+            "trend_method": "two-sided z test of the drift's log ratio (the interval's statistic)",
         }
-        if first.unfinished == 0 and last.unfinished == 0 and a_val > 0:
-            rng = np.random.default_rng(seed)
-            ratio = (
-                sample_quantile(last.time, 0.99, 2000, rng)
-                / sample_quantile(first.time, 0.99, 2000, rng)
-                - 1
-            )
-            point = drift["relative"]
-            drift["ci_low"] = min(float(np.quantile(ratio, 0.025)), point)
-            drift["ci_high"] = max(float(np.quantile(ratio, 0.975)), point)
-        out["drift"] = drift if not a_bound else None
+        out["drift"] = drift_out if math.isfinite(found.value) else None
     else:
         out["drift"] = None
     return out

@@ -18,9 +18,11 @@ bootstrap (fairbench.analysis.stats) uses, so a point estimate and its interval 
 quantile definition. When F never reaches q (the quantile falls in censored mass), the value is
 reported as a lower bound: the ceil(q·n)-th order statistic of all times, censored ones included,
 holds whatever the censoring mechanism (an unfinished request might have finished the instant
-after it was last seen, never sooner). Intervals: the exact bootstrap without censoring; with
-censoring, the Brookmeyer–Crowley inversion of Greenwood's variance of F; for a bound,
-[bound, ∞).
+after it was last seen, never sooner). Intervals (fairbench.analysis.intervals): order
+statistics with binomial ranks without censoring, the Brookmeyer–Crowley inversion of
+Greenwood's variance of F with it — both widened for serial correlation when the observations
+carry their times (`t`), or declined when the run is too short for its correlation; for a
+bound, [bound, ∞).
 """
 
 from __future__ import annotations
@@ -31,9 +33,8 @@ from functools import cached_property
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
 
-from fairbench.analysis.stats import quantile_ci
+from fairbench.analysis import intervals as iv
 
 
 @dataclass(frozen=True)
@@ -45,9 +46,34 @@ class Observations:
 
     time: np.ndarray
     observed: np.ndarray
+    t: np.ndarray | None = None  # each observation's intended send time: the series' order
 
     def __len__(self) -> int:
         return len(self.time)
+
+    @cached_property
+    def in_time_order(self) -> np.ndarray | None:
+        """The latencies in send order (None without times): what dependence is measured on."""
+        if self.t is None:
+            return None
+        return self.time[np.argsort(self.t, kind="stable")]
+
+    @cached_property
+    def dependence(self) -> iv.Dependence:
+        series = self.in_time_order
+        if series is None or self.t is None:
+            return iv.IID
+        span_s = (float(np.max(self.t)) - float(np.min(self.t))) / 1e9 if len(self.t) else 0.0
+        rate = len(self.t) / span_s if span_s > 0 else None
+        return iv.with_rate(iv.batching(series), rate)
+
+    def dependence_at(self, threshold: float) -> iv.Dependence:
+        """The batching with τ of the indicator 1{latency ≤ threshold} in time order."""
+        series = self.in_time_order
+        if series is None:
+            return iv.IID
+        dep = self.dependence
+        return iv.with_factor(dep, iv.long_run_factor(series <= threshold, dep))
 
     @cached_property
     def km(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -62,12 +88,15 @@ class Observations:
         return int((~self.observed).sum())
 
     def take(self, idx: np.ndarray) -> Observations:
-        return Observations(self.time[idx], self.observed[idx])
+        t = None if self.t is None else self.t[idx]
+        return Observations(self.time[idx], self.observed[idx], t)
 
 
 @dataclass(frozen=True)
 class QuantileEstimate:
-    """A quantile with its interval; `bound` means `value` is only a lower bound."""
+    """A quantile with its interval; `bound` means `value` is only a lower bound. `low`/`high`
+    are NaN where the interval is declined and `high` is inf where it is one-sided; `interval`
+    says which method, at what confidence, and why it is open or declined."""
 
     value: float
     low: float
@@ -75,10 +104,11 @@ class QuantileEstimate:
     n: int
     unfinished: int
     bound: bool
+    interval: iv.Interval | None = None
 
-    def as_dict(self, scale: float = 1.0) -> dict[str, float | int | bool | None]:
+    def as_dict(self, scale: float = 1.0) -> dict[str, float | int | bool | str | None]:
         f = lambda v: None if not math.isfinite(v) else round(v * scale, 6)  # noqa: E731
-        return {
+        out: dict[str, float | int | bool | str | None] = {
             "value": f(self.value),
             "ci_low": f(self.low),
             "ci_high": f(self.high),
@@ -86,9 +116,19 @@ class QuantileEstimate:
             "unfinished": self.unfinished,
             "lower_bound": self.bound,
         }
+        if self.interval is not None:
+            fields = self.interval.fields(scale)
+            out.update(
+                ci_method=fields["ci_method"],
+                ci_confidence=fields["ci_confidence"],
+                ci_reason=fields["ci_reason"],
+            )
+        return out
 
 
-NAN_QUANTILE = QuantileEstimate(math.nan, math.nan, math.nan, 0, 0, False)
+NAN_QUANTILE = QuantileEstimate(
+    math.nan, math.nan, math.nan, 0, 0, False, iv.declined(0.95, iv.METHOD_EXACT, "no requests")
+)
 
 
 def _col(df: pd.DataFrame, name: str) -> np.ndarray:
@@ -129,10 +169,12 @@ class RowObservations:
     time: np.ndarray
     observed: np.ndarray
     eligible: np.ndarray
+    t: np.ndarray | None = None
 
     def select(self, mask: np.ndarray | None = None) -> Observations:
         keep = self.eligible if mask is None else self.eligible & mask
-        return Observations(self.time[keep], self.observed[keep])
+        t = None if self.t is None else self.t[keep]
+        return Observations(self.time[keep], self.observed[keep], t)
 
 
 def _rows(
@@ -142,7 +184,7 @@ def _rows(
     observed = np.isfinite(event_ns)
     time = np.fmax(np.where(observed, event_ns, seen) - origin_ns, 0.0)
     eligible = admitted(df) & np.isfinite(time)
-    return RowObservations(time, observed, eligible)
+    return RowObservations(time, observed, eligible, _col(df, "t_intended_ns"))
 
 
 def _first_response_ns(df: pd.DataFrame) -> np.ndarray:
@@ -171,19 +213,23 @@ def e2e_rows(
 
 def tpot_rows(df: pd.DataFrame, timeout_s: float | None = None) -> RowObservations:
     """Time per output token after the first, over admitted requests with a first token and at
-    least 2 tokens planned: observed for ok streams of ≥ 2 tokens, censored at (last seen −
-    first token) ÷ max(tokens so far − 1, 1) for a stream that never finished — it was at least
-    that slow."""
+    least 2 tokens planned: observed for ok streams of ≥ 2 tokens. A stream that never finished
+    is censored at what it provably was at least: (last seen − first token) ÷ (max_tokens − 1),
+    since it would have produced at most max_tokens. Dividing by the tokens seen so far would be
+    no bound (a stream cut after k tokens can still end faster per token); without a known
+    max_tokens the value is unknown, censored at 0 (it leaves the risk set, nothing claimed)."""
     first = _col(df, "t_first_token_ns")
     tokens = _col(df, "output_tokens")
+    cap = _col(df, "max_tokens")
     ok = (df["status"] == "ok").to_numpy()
     span_ok = _col(df, "t_last_token_ns") - first
     span_open = last_seen_ns(df, timeout_s) - first
     with np.errstate(invalid="ignore", divide="ignore"):
-        value = np.where(ok, span_ok / (tokens - 1), span_open / np.maximum(tokens - 1, 1))
-    eligible = admitted(df) & np.isfinite(first) & (_col(df, "max_tokens") >= 2)
+        bound = np.where(np.isfinite(cap) & (cap >= 2), span_open / (cap - 1), 0.0)
+        value = np.where(ok, span_ok / (tokens - 1), bound)
+    eligible = admitted(df) & np.isfinite(first) & (cap >= 2)
     eligible &= (~ok | (tokens >= 2)) & np.isfinite(value)
-    return RowObservations(np.fmax(value, 0.0), ok, eligible)
+    return RowObservations(np.fmax(value, 0.0), ok, eligible, _col(df, "t_intended_ns"))
 
 
 def itl_max_rows(df: pd.DataFrame, timeout_s: float | None = None) -> RowObservations:
@@ -194,7 +240,7 @@ def itl_max_rows(df: pd.DataFrame, timeout_s: float | None = None) -> RowObserva
     silence = last_seen_ns(df, timeout_s) - _col(df, "t_last_token_ns")
     value = np.where(ok, gap, np.fmax(np.nan_to_num(gap, nan=0.0), silence))
     eligible = admitted(df) & np.isfinite(_col(df, "t_first_token_ns")) & np.isfinite(value)
-    return RowObservations(np.fmax(value, 0.0), ok, eligible)
+    return RowObservations(np.fmax(value, 0.0), ok, eligible, _col(df, "t_intended_ns"))
 
 
 def _km(obs: Observations) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -236,17 +282,16 @@ def quantile_estimate(obs: Observations, q: float, confidence: float = 0.95) -> 
     n, unfinished = len(obs), obs.unfinished
     if n == 0:
         return NAN_QUANTILE
-    if unfinished == 0:
-        est = quantile_ci(obs.sorted_time, q, confidence, presorted=True)
-        return QuantileEstimate(est.value, est.low, est.high, n, 0, False)
     value, bound = quantile(obs, q)
     if bound:
-        return QuantileEstimate(value, value, math.inf, n, unfinished, True)
-    times, cdf, var = obs.km
-    z = float(sps.norm.ppf(0.5 + confidence / 2))
-    se = np.sqrt(np.maximum(var, 0.0))
-    lo_hit = np.flatnonzero(cdf + z * se >= q - 1e-12)
-    hi_hit = np.flatnonzero(cdf - z * se >= q - 1e-12)
-    low = float(times[lo_hit[0]]) if len(lo_hit) else value
-    high = float(times[hi_hit[0]]) if len(hi_hit) else math.inf
-    return QuantileEstimate(value, min(low, value), max(high, value), n, unfinished, False)
+        reason = f"p{iv._pct(q)} falls among unfinished requests ({unfinished} of {n}): ≥ value"
+        it = iv.Interval(value, math.inf, confidence, "lower bound (censored mass)", reason)
+    elif unfinished == 0:
+        it = iv.percentile_interval(obs.sorted_time, q, confidence, obs.dependence_at(value))
+    else:
+        times, cdf, var = obs.km
+        it = iv.km_interval(times, cdf, var, q, value, confidence, obs.dependence_at(value))
+    low, high = it.low, it.high
+    if not it.declined:  # the point always lies inside its interval
+        low, high = min(low, value), max(high, value)
+    return QuantileEstimate(value, low, high, n, unfinished, bound, it)

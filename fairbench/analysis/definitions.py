@@ -12,7 +12,11 @@ from collections.abc import Callable
 import numpy as np
 
 from fairbench.analysis import censored
+from fairbench.analysis import intervals as iv
 from fairbench.analysis.columns import Cols
+from fairbench.analysis.drift import METHOD as DRIFT_METHOD
+from fairbench.analysis.drift import drift
+from fairbench.analysis.intervals import Interval
 from fairbench.analysis.metric import GROUPS, Compute, Metric, Value
 from fairbench.analysis.metrics import jain
 
@@ -35,6 +39,13 @@ def _everyone(c: Cols) -> np.ndarray:
 def _with_ttft_slo(c: Cols) -> np.ndarray:
     """Admitted requests of classes with a TTFT SLO."""
     return c.ttft_x & np.isfinite(c.slo_ttft)
+
+
+def _column(column: str) -> Callable[[Cols], np.ndarray]:
+    def indicator(c: Cols) -> np.ndarray:
+        return np.asarray(getattr(c, column), dtype=bool)
+
+    return indicator
 
 
 def _share(column: str, population: Callable[[Cols], np.ndarray] = _everyone) -> Compute:
@@ -66,12 +77,16 @@ def _throughput_share(c: Cols, mask: np.ndarray | None) -> Value:
     return float(c.served[mask].sum() if mask is not None else total) / total, False
 
 
+def _late(c: Cols) -> np.ndarray:
+    """Per request: its first response took over 10 × its class's TTFT SLO, or never came."""
+    return ~c.ttft_o | (c.ttft_t > 10.0 * np.nan_to_num(c.slo_ttft, nan=np.inf))
+
+
 def _starved(c: Cols, mask: np.ndarray | None) -> Value:
     pop = _mask(c, mask, _with_ttft_slo(c))
     if not pop.any():
         return math.nan, False
-    late = ~c.ttft_o | (c.ttft_t > 10.0 * np.nan_to_num(c.slo_ttft, nan=np.inf))
-    return float(late[pop].mean()), False
+    return float(_late(c)[pop].mean()), False
 
 
 def _tenant_isolation(c: Cols, k: int) -> Value:
@@ -117,19 +132,36 @@ def _jain_slowdown(c: Cols, mask: np.ndarray | None) -> Value:
     return (jain(np.array(per)) if len(per) >= 2 else math.nan), False
 
 
-def _ttft_p99_drift(c: Cols, mask: np.ndarray | None) -> Value:
+def _drift_windows(
+    c: Cols, mask: np.ndarray | None
+) -> tuple[censored.Observations, censored.Observations] | None:
+    """The first and last fifth (by intended time) of the group's TTFT observations."""
     sel = _mask(c, mask, c.ttft_x)
     t = c.t[sel]
     if len(t) < 50:
-        return math.nan, False
+        return None
     lo, hi = np.quantile(t, [0.2, 0.8])
-    first = censored.Observations(c.ttft_t[sel][t <= lo], c.ttft_o[sel][t <= lo])
-    last = censored.Observations(c.ttft_t[sel][t >= hi], c.ttft_o[sel][t >= hi])
-    a, a_bound = censored.quantile(first, 0.99)
-    b, b_bound = censored.quantile(last, 0.99)
-    if not a > 0 or a_bound:
+    time, seen = c.ttft_t[sel], c.ttft_o[sel]
+    first, last = t <= lo, t >= hi
+    return (
+        censored.Observations(time[first], seen[first], t[first]),
+        censored.Observations(time[last], seen[last], t[last]),
+    )
+
+
+def _ttft_p99_drift(c: Cols, mask: np.ndarray | None) -> Value:
+    windows = _drift_windows(c, mask)
+    if windows is None:
         return math.nan, False
-    return b / a - 1.0, b_bound
+    found = drift(*windows, q=0.99)
+    return found.value, found.lower_bound
+
+
+def _ttft_p99_drift_interval(c: Cols, mask: np.ndarray | None) -> Interval:
+    windows = _drift_windows(c, mask)
+    if windows is None:
+        return iv.declined(0.95, DRIFT_METHOD, "fewer than 50 requests: no fifths to compare")
+    return drift(*windows, q=0.99).interval
 
 
 _ALL = GROUPS
@@ -141,7 +173,12 @@ _KM = (
     "Kaplan–Meier p_q = min{t : F(t) ≥ q} (the ceil(q·n)-th order statistic without censoring); "
     "a lower bound when q falls in censored mass"
 )
-_KM_CI = "exact bootstrap (no censoring) or Brookmeyer–Crowley/Greenwood; [bound, ∞) for a bound"
+_KM_CI = (
+    "95%: order statistics with binomial ranks (no censoring) or Kaplan–Meier with Greenwood's "
+    "variance inverted (Brookmeyer–Crowley), both widened by batch means for serial correlation "
+    "and declined when the run is too short for it; one-sided [x, ∞) when n cannot bound the "
+    "tail; [bound, ∞) for a bound (fairbench.analysis.intervals)"
+)
 
 
 def _latency(name: str, which: str, q: float, what: str, headline: bool = False) -> Metric:
@@ -162,6 +199,10 @@ def _latency(name: str, which: str, q: float, what: str, headline: bool = False)
     )
 
 
+_WILSON_CI = (
+    "95%: Wilson score on the effective sample size n / τ, τ from batch means of the share's "
+    "indicator in time order (1 unless serial correlation is significant)"
+)
 _TTFT = "t_first_token (or the whole response, if it streams none) − t_intended"
 _E2E = "t_done − t_intended"
 _TPOT = "(t_last_token − t_first_token) ÷ (output_tokens − 1)"
@@ -185,9 +226,10 @@ METRICS: tuple[Metric, ...] = (
         0.01,
         absolute=True,
         headline=True,
-        ci="Wilson score interval",
+        ci=_WILSON_CI,
         compute=_share("met"),
         share_of=_everyone,
+        indicator=_column("met"),
     ),
     Metric(
         "goodput",
@@ -230,9 +272,10 @@ METRICS: tuple[Metric, ...] = (
         _ALL,
         0.01,
         absolute=True,
-        ci="Wilson score interval",
+        ci=_WILSON_CI,
         compute=_share("rejected"),
         share_of=_everyone,
+        indicator=_column("rejected"),
     ),
     Metric(
         "unfinished_share",
@@ -243,9 +286,10 @@ METRICS: tuple[Metric, ...] = (
         _ALL,
         0.01,
         absolute=True,
-        ci="Wilson score interval",
+        ci=_WILSON_CI,
         compute=_share("unfinished"),
         share_of=_everyone,
+        indicator=_column("unfinished"),
     ),
     Metric(
         "starved_share",
@@ -258,9 +302,10 @@ METRICS: tuple[Metric, ...] = (
         0.01,
         absolute=True,
         headline=True,
-        ci="Wilson score interval",
+        ci=_WILSON_CI,
         compute=_starved,
         share_of=_with_ttft_slo,
+        indicator=_late,
     ),
     Metric(
         "isolation",
@@ -309,7 +354,9 @@ METRICS: tuple[Metric, ...] = (
         ("overall",),
         0.05,
         absolute=True,
+        ci=f"95%: {DRIFT_METHOD}; declined where a window cannot bound its p99",
         compute=_ttft_p99_drift,
+        interval=_ttft_p99_drift_interval,
     ),
     Metric(
         "service_difference",

@@ -13,6 +13,7 @@ from typing import Literal
 import numpy as np
 
 from fairbench.analysis.columns import Cols
+from fairbench.analysis.intervals import Interval
 
 GROUPS = ("overall", "class", "tenant", "workload")
 SUMMARY_GROUPS = {"class": "slo_classes", "tenant": "tenants", "workload": "workloads"}
@@ -42,6 +43,8 @@ class Metric:
     scale: float = 1.0  # summary unit per computed unit (ns → ms: 1e-6)
     latency: tuple[str, float] | None = None  # a percentile: (which latency, q)
     share_of: Callable[[Cols], np.ndarray] | None = None  # a share's population (Wilson CI)
+    indicator: Callable[[Cols], np.ndarray] | None = None  # a share's 0/1 per request
+    interval: Callable[[Cols, np.ndarray | None], Interval] | None = None  # any other figure's
 
     @property
     def kind(self) -> str:

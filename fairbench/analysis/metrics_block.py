@@ -13,8 +13,8 @@ import numpy as np
 from fairbench.analysis import censored
 from fairbench.analysis.columns import Cols
 from fairbench.analysis.definitions import METRICS
+from fairbench.analysis.intervals import share_interval
 from fairbench.analysis.metric import Metric
-from fairbench.analysis.stats import proportion_ci
 
 
 def _entry(metric: Metric, c: Cols, mask: np.ndarray | None) -> dict[str, Any]:
@@ -25,12 +25,16 @@ def _entry(metric: Metric, c: Cols, mask: np.ndarray | None) -> dict[str, Any]:
         which, q = metric.latency
         est = censored.quantile_estimate(c.obs(which, mask), q)
         entry.update(est.as_dict(scale=metric.scale))
-    elif metric.share_of is not None:
+    elif metric.share_of is not None and metric.indicator is not None:
         pop = metric.share_of(c)
-        n = int(pop.sum() if mask is None else (pop & mask).sum())
+        rows = pop if mask is None else pop & mask
+        n = int(rows.sum())
         if n and math.isfinite(value):
-            est = proportion_ci(round(value * n), n)
-            entry.update(ci_low=_clean(est.low), ci_high=_clean(est.high), n=n)
+            order = np.argsort(c.t[rows], kind="stable")
+            it = share_interval(metric.indicator(c)[rows][order])
+            entry.update(it.fields(), n=n)
+    elif metric.interval is not None:
+        entry.update(metric.interval(c, mask).fields(metric.scale))
     return entry
 
 

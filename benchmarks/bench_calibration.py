@@ -1,0 +1,162 @@
+"""Do fairbench's 95% intervals cover the truth 95% of the time? The full coverage table.
+
+Why: an interval is a promise, and only a coverage table proves it. This measures every interval
+kind the summary prints against a known truth, at the sizes users have:
+
+- percentiles (p50, p90, p99) of i.i.d. lognormal and Pareto(2.5) samples, n = 50 … 100,000;
+- the same of serially correlated series (exp of a Gaussian AR(1), φ = 0.5 and 0.9), as a queue
+  makes them, n = 1,000 and 10,000;
+- the drift interval of stationary series (it should contain 0);
+- run to run on the simulator: 30 seeds of `scenarios/calibration/queue.yaml` (two tenants on
+  one simulated H100, constant Poisson load) at two loads; each run's TTFT p99 interval and
+  drift interval against the long-run p99 (pooled over the 30 runs) and 0.
+
+The goal is every coverage in [93%, 97%] where an interval is given, and the table also says how
+often an interval is one-sided (n cannot bound the tail) or declined (the run is too short for
+its own correlation). A missed goal is printed as FAIL; the script exits 1 if any cell misses.
+
+    python benchmarks/bench_calibration.py            # the full table, ~10 min on 2 cores
+    python benchmarks/bench_calibration.py --quick    # fewer replications, ~2 min
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _common import console, finish, show, verdict
+
+from fairbench.analysis import calibration as cal
+
+REPO = Path(__file__).resolve().parents[1]
+SCENARIO = REPO / "scenarios" / "calibration" / "queue.yaml"
+GOAL = (0.93, 0.97)
+
+
+def synthetic(reps: int, quick: bool) -> list[cal.Coverage]:
+    sizes = [50, 100, 300, 1000, 10_000] + ([] if quick else [100_000])
+    out = []
+    for kind in ("lognormal", "pareto"):
+        for n in sizes:
+            r = reps if n <= 10_000 else max(reps // 10, 50)
+            out += [cal.percentile_coverage(kind, n, q, r, seed=n) for q in (0.5, 0.9, 0.99)]
+    for kind in ("ar1-0.5", "ar1-0.9"):
+        for n in (1000, 10_000):
+            r = reps if n <= 1000 else reps // 2
+            out += [cal.percentile_coverage(kind, n, q, r, seed=n + 1) for q in (0.5, 0.9, 0.99)]
+    for kind in ("lognormal", "ar1-0.5"):
+        for n in (5000, 20_000):
+            out.append(cal.drift_coverage(kind, n, reps // 2, seed=n + 2))
+    return out
+
+
+def simulated(seeds: int, rates: list[float], duration_s: int) -> list[cal.Coverage]:
+    """Run-to-run coverage on the simulator (in this process, virtual time)."""
+    from rich.progress import Progress
+
+    from fairbench.analysis import censored
+    from fairbench.pipeline import run_scenario
+    from fairbench.run.records import read_records
+    from fairbench.run.rundir import RunOptions
+    from fairbench.workload import parse_scenario, read_yaml
+
+    base = read_yaml(SCENARIO.read_text())
+    out = []
+    with Progress(console=console, transient=True) as bar, tempfile.TemporaryDirectory() as tmp:
+        for rate in rates:
+            task = bar.add_task(f"simulator, {rate:g}/s per tenant", total=seeds)
+            p99, drift_lo, drift_hi, lows, highs, pooled = [], [], [], [], [], []
+            for seed in range(seeds):
+                data = json.loads(json.dumps(base))
+                for tenant in data["tenants"]:
+                    tenant["arrival"]["rate"] = f"{rate}/s"
+                data["run"]["duration"] = f"{duration_s}s"
+                data["run"]["seed"] = 1000 + seed
+                scn = parse_scenario(data)
+                out_dir = Path(tmp) / f"r{rate}-{seed}"
+                outcome = run_scenario(scn, RunOptions(out=out_dir, progress=False))
+                entry = outcome.summary["metrics"]["overall"]["ttft_p99"]
+                d = outcome.summary["metrics"]["overall"]["ttft_p99_drift"]
+                p99.append(entry["value"])
+                lows.append(math.nan if entry["ci_low"] is None else entry["ci_low"])
+                highs.append(_high(entry))
+                drift_lo.append(math.nan if d["ci_low"] is None else d["ci_low"])
+                drift_hi.append(math.nan if d["ci_high"] is None else d["ci_high"])
+                df = read_records(out_dir / "records.parquet")
+                lo_ns, hi_ns = _window_ns(outcome.summary, scn)
+                df = df[(df["t_intended_ns"] >= lo_ns) & (df["t_intended_ns"] <= hi_ns)]
+                pooled.append(censored.ttft_rows(df, scn.run.timeout).select())
+                bar.advance(task)
+            everything = censored.Observations(
+                np.concatenate([o.time for o in pooled]),
+                np.concatenate([o.observed for o in pooled]),
+            )
+            true_ms = censored.quantile(everything, 0.99)[0] / 1e6
+            sd = float(np.std(p99, ddof=1))
+            console.print(
+                f"{rate:g}/s per tenant: long-run TTFT p99 {true_ms:.1f} ms (pooled over "
+                f"{seeds} runs), run p99 mean {np.mean(p99):.1f} ms, SD {sd:.1f} ms"
+            )
+            out.append(cal.run_coverage(f"sim p99 {rate:g}/s", [true_ms], lows, highs))
+            out.append(cal.run_coverage(f"sim drift {rate:g}/s", [0.0], drift_lo, drift_hi))
+    return out
+
+
+def _high(entry: dict) -> float:
+    if entry["ci_low"] is None and entry["ci_high"] is None:
+        return math.nan
+    return math.inf if entry["ci_high"] is None else entry["ci_high"]
+
+
+def _window_ns(summary: dict, scn) -> tuple[float, float]:
+    """The measurement window (intended time, ns): [warmup, duration − cooldown]."""
+    del summary
+    return scn.run.warmup * 1e9, (scn.run.duration - scn.run.cooldown) * 1e9
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer replications (~2 min)")
+    parser.add_argument("--reps", type=int, default=None, help="replications per synthetic cell")
+    parser.add_argument("--seeds", type=int, default=30, help="simulator runs per load (≥ 30)")
+    parser.add_argument("--no-sim", action="store_true", help="synthetic cases only")
+    args = parser.parse_args()
+    reps = args.reps or (300 if args.quick else 1000)
+    rows = synthetic(reps, args.quick)
+    if not args.no_sim:
+        rows += simulated(args.seeds, [7.0, 9.0], 120 if args.quick else 300)
+    table = [
+        [
+            r.case,
+            f"{r.n:,}" if r.n else "-",
+            f"p{r.q * 100:g}",
+            str(r.reps),
+            "-" if math.isnan(r.rate) else f"{r.rate:.1%}",
+            f"{r.two_sided / r.reps:.0%}",
+            f"{r.one_sided / r.reps:.0%}",
+            f"{r.declined / r.reps:.0%}",
+        ]
+        for r in rows
+    ]
+    show(
+        "coverage of 95% intervals (given = two-sided + one-sided)",
+        ["case", "n", "quantile", "reps", "coverage", "two-sided", "one-sided", "declined"],
+        table,
+    )
+    for r in rows:
+        if r.given >= 20:
+            verdict(GOAL[0] <= r.rate <= GOAL[1], f"{r.case} n={r.n} p{r.q * 100:g}: {r.rate:.1%}")
+    finish()
+
+
+if __name__ == "__main__":
+    main()
