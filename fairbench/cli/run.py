@@ -292,6 +292,9 @@ def register(app: typer.Typer) -> None:
             sys.stdout.write(json.dumps(summary, indent=2, default=str) + "\n")
         else:
             out.print(results_table(summary))
+            from fairbench.report.headline import headline_table
+
+            out.print(headline_table(summary))
             for line in verdict_lines(summary):
                 out.print(line, highlight=False)
             out.print(f"run directory: {outcome.run_dir}", markup=False, highlight=False)

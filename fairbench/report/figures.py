@@ -90,15 +90,35 @@ def latency_cdfs(
 def ttft_p99_over_time(
     summary: Mapping[str, Any], window: tuple[float, float], t_end: float
 ) -> list[str]:
-    """The rolling-window TTFT p99 behind the drift figure, with the drift and trend test."""
+    """The rolling-window TTFT p99 behind the drift figure, each window with its 95% interval
+    (a band; open-ended windows reach the top of the plot), and the drift with its interval."""
     drift = summary.get("drift", {}).get("ttft_p99", {})
-    if not drift.get("windows"):
+    windows = drift.get("windows") or []
+    if not windows:
         return []
     width = drift.get("window_s")
-    fig = go.Figure(
+    x = [w["start_s"] for w in windows]
+    values = [w["p99_ms"] for w in windows]
+    tops = [w.get("ci_high_ms") for w in windows]
+    ceiling = max([v for v in [*values, *tops] if v is not None] or [1.0]) * 1.1
+    fig = go.Figure()
+    if any(w.get("ci_low_ms") is not None for w in windows):
+        fig.add_trace(
+            go.Scatter(
+                x=x + x[::-1],
+                y=[ceiling if t is None else t for t in tops]
+                + [w.get("ci_low_ms") for w in windows][::-1],
+                fill="toself",
+                fillcolor="rgba(31,119,180,0.15)",
+                line={"width": 0},
+                hoverinfo="skip",
+                name="95% interval (order statistics; open above where n cannot bound p99)",
+            )
+        )
+    fig.add_trace(
         go.Scatter(
-            x=[w["start_s"] for w in drift["windows"]],
-            y=[w["p99_ms"] for w in drift["windows"]],
+            x=x,
+            y=values,
             mode="lines+markers",
             name=f"TTFT p99 per {width:g} s window" if width else "TTFT p99 per window",
         )
@@ -106,16 +126,18 @@ def ttft_p99_over_time(
     d = drift.get("drift")
     title = "TTFT p99 over time (rolling windows)"
     if d and d.get("relative") is not None:
-        ci = (
-            f" [{d['ci_low']:+.1%}, {d['ci_high']:+.1%}]"
-            if d.get("ci_low") is not None
-            else " (no interval: unfinished requests in a window)"
-        )
+        if d.get("ci_low") is not None and d.get("ci_high") is not None:
+            ci = f" [{d['ci_low']:+.1%}, {d['ci_high']:+.1%}] at 95%"
+        else:
+            ci = f" (no interval: {d.get('ci_reason') or 'a window has unfinished requests'})"
         bound = "≥ " if d.get("lower_bound") else ""
-        title += f" — drift {bound}{d['relative']:+.1%}{ci}, trend p={d['trend_p']:.2f}"
+        test = f", p = {d['trend_p']:.2f}" if d.get("trend_p") is not None else ""
+        title += f" — drift {bound}{d['relative']:+.1%}{ci}{test}"
     shade_window(fig, window, t_end)
     fig.update_layout(
-        title=title, xaxis_title=f"window start, {INTENDED_CLOCK}", yaxis_title="TTFT p99 (ms)"
+        title={"text": title, "font": {"size": 13}},
+        xaxis_title=f"window start, {INTENDED_CLOCK}",
+        yaxis_title="TTFT p99 (ms)",
     )
     return [fig_html(fig, "ttft-p99-time")]
 

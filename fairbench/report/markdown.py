@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from fairbench.analysis import registry
+from fairbench.report.headline import headline_markdown
 from fairbench.report.html import ms
 
 
@@ -41,6 +42,7 @@ def markdown_summary(summary: dict[str, Any], excluded: tuple[int, int] | None =
             f"{_lat(lat, 'ttft', 'p50')} | {_lat(lat, 'ttft', 'p99')} | {_lat(lat, 'e2e', 'p99')} "
             f"| {'-' if att is None else f'{att:.1%}'} |"
         )
+    lines += ["", "### Headline figures with their intervals", "", headline_markdown(summary)]
     lines += ["", fairness_line(summary)]
     comp = summary.get("completion")
     if comp and comp["unfinished"]:

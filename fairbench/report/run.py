@@ -20,6 +20,7 @@ from fairbench.analysis import registry
 from fairbench.analysis import server_metrics as sm
 from fairbench.analysis.blocks import unloaded_ns
 from fairbench.report import figures
+from fairbench.report.headline import headline_html
 from fairbench.report.html import (
     Colors,
     fig_html,
@@ -246,6 +247,7 @@ def run_report(run_dir: Path) -> tuple[str, str]:
         f"{html.escape(target_text(target))}</p>",
         f"<p>{html.escape(summary['accounting']['line'])}</p>",
         key_table(summary, colors, window_note(counts, span)),
+        headline_html(summary),
         fairness_table(summary),
         share_table(summary, colors),
         "<h2>Latency</h2>",
