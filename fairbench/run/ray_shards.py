@@ -395,7 +395,7 @@ def run_ray(
                     actor.dead = _why(error)
         _salvage(ray, actors, run_dir, len(plan), exec_options.grace_s)
         _convert(actors, run_dir, plan)
-        _fill(actors, run_dir, plan, n)
+        _fill(actors, run_dir, plan, n, t0)
         reasons = _clock_reasons(actors, scn)
         dead = [a for a in actors if a.dead]
         incomplete = None
@@ -640,8 +640,11 @@ def _convert(actors: list[ActorRun], run_dir: Path, plan: Plan) -> None:
         tmp.replace(path)
 
 
-def _fill(actors: list[ActorRun], run_dir: Path, plan: Plan, n: int) -> None:
-    """Record every request of a dead actor's shard that has no record: nothing is lost."""
+def _fill(actors: list[ActorRun], run_dir: Path, plan: Plan, n: int, t0: int) -> None:
+    """Record every request of a dead actor's shard that has no record: nothing is lost. One
+    that was in flight is `cancelled` and censored at the last time the driver heard from the
+    actor (it waited at least that long; its latency stays in the population); one never sent
+    is `cancelled` with no send time (not admitted)."""
     for actor in actors:
         if actor.dead is None:
             continue
@@ -667,11 +670,13 @@ def _fill(actors: list[ActorRun], run_dir: Path, plan: Plan, n: int) -> None:
                 "worker": actor.k,
             }
             if position < sent:
+                seen = max(int(actor.last_heard_ns) - t0, int(offsets[rid]))
                 row.update(
-                    status="error",
-                    error_kind="client",
+                    status="cancelled",
+                    t_sent_ns=int(offsets[rid]),  # sent in order, at its time at the earliest
+                    t_end_ns=seen,
                     error_detail=f"ray actor {actor.k} died with the request in flight "
-                    f"({actor.dead}); its outcome is unknown",
+                    f"({actor.dead}); censored at the last time the actor was heard from",
                 )
             else:
                 row.update(
