@@ -17,6 +17,7 @@ its own correlation). A missed goal is printed as FAIL; the script exits 1 if an
 
     python benchmarks/bench_calibration.py            # the full table, ~10 min on 2 cores
     python benchmarks/bench_calibration.py --quick    # fewer replications, ~2 min
+    python benchmarks/bench_calibration.py --markdown fairbench/analysis/calibration_table.md
 """
 
 from __future__ import annotations
@@ -129,6 +130,13 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=None, help="replications per synthetic cell")
     parser.add_argument("--seeds", type=int, default=30, help="simulator runs per load (≥ 30)")
     parser.add_argument("--no-sim", action="store_true", help="synthetic cases only")
+    parser.add_argument(
+        "--markdown",
+        type=Path,
+        default=None,
+        help="also write the table as Markdown (docs/metrics.md quotes "
+        "fairbench/analysis/calibration_table.md; then `fairbench metrics --markdown`)",
+    )
     args = parser.parse_args()
     reps = args.reps or (300 if args.quick else 1000)
     rows = synthetic(reps, args.quick)
@@ -152,6 +160,12 @@ def main() -> None:
         ["case", "n", "quantile", "reps", "coverage", "two-sided", "one-sided", "declined"],
         table,
     )
+    if args.markdown is not None:
+        head = (
+            "| case | n | quantile | replications | coverage | two-sided | one-sided | declined |"
+        )
+        lines = [head, "|" + "---|" * 8, *("| " + " | ".join(r) + " |" for r in table)]
+        args.markdown.write_text("\n".join(lines) + "\n", encoding="utf-8")
     for r in rows:
         if r.given >= 20:
             verdict(GOAL[0] <= r.rate <= GOAL[1], f"{r.case} n={r.n} p{r.q * 100:g}: {r.rate:.1%}")
