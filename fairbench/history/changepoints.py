@@ -1,0 +1,133 @@
+"""Change points of a per-run series: where its level moved and stayed, with an interval on
+each location.
+
+Why a library: `ruptures` (PELT, an exact optimal segmentation under a penalty) is well kept and
+tested; what fairbench adds is the penalty's criterion and the intervals.
+
+Model: piecewise-constant mean with Gaussian noise (ruptures' `l2` cost), on the values as given
+(the caller passes log values for a latency, so a step is a relative change).
+
+Penalty, the stated criterion: `pen = σ̂² · c_n`, where σ̂ is a robust scale of the series
+(the MAD of first differences / (0.6745·√2), unmoved by a step) and `c_n` is the 95th percentile,
+over stationary Gaussian series of the same length n, of the largest single-split gain
+`max_k k(n-k)/n · (mean_left - mean_right)²` divided by that series' own σ̂² (a studentized
+statistic, so the noise of σ̂ at small n is counted). So a stationary Gaussian series of n
+points gets one or more change points with probability ≈ 5% (`FALSE_ALARM`); a plain BIC
+penalty (2σ̂²·ln n) flags 25–28% of stationary 14- and 28-point series, which is why it is not
+used. `c_n` is computed by Monte Carlo (`NULL_SERIES` series, a fixed seed: deterministic).
+
+Location interval: the likelihood-ratio profile. For a change between its neighbours (the
+changes on either side, or the series' ends), every other split of that stretch is scored by
+its l2 gain; the 95% interval holds the splits whose gain is within `σ̂²·χ²₁(0.95)` (3.84 σ̂²)
+of the best — the locations the data cannot tell from the estimate (Siegmund's likelihood-ratio
+region). Its coverage is measured in tests/test_history_changepoints.py, not assumed.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+FALSE_ALARM = 0.05
+NULL_SERIES = 4000
+CHI2_1_95 = 3.841458820694124  # the 95th percentile of chi-square with one degree of freedom
+MIN_SIZE = 2  # a segment is at least two points: one odd run is an outlier, not a level
+MIN_POINTS = 6
+
+
+@dataclass(frozen=True)
+class ChangePoint:
+    """A change before point `at` (the first point of the new level), with a 95% interval
+    [low, high] on that index, and the relative shift of the level (exp(Δ) - 1 on log values)."""
+
+    at: int
+    low: int
+    high: int
+    shift: float
+
+
+def robust_sigma(x: np.ndarray) -> float:
+    """The noise scale from first differences (a step moves one difference, not the MAD)."""
+    d = np.diff(np.asarray(x, dtype=float))
+    if len(d) < 2:
+        return 0.0
+    return float(np.median(np.abs(d - np.median(d))) / 0.6744897501960817 / math.sqrt(2))
+
+
+def _max_gain(x: np.ndarray) -> np.ndarray:
+    """Rows of x -> the largest single-split l2 gain of each row (segments >= MIN_SIZE)."""
+    n = x.shape[1]
+    cs = np.cumsum(x, axis=1)
+    total = cs[:, -1:]
+    k = np.arange(MIN_SIZE, n - MIN_SIZE + 1)
+    left = cs[:, k - 1] / k
+    right = (total - cs[:, k - 1]) / (n - k)
+    return (k * (n - k) / n * (left - right) ** 2).max(axis=1)
+
+
+@functools.cache
+def null_factor(n: int) -> float:
+    """c_n: the (1 - FALSE_ALARM) quantile of max-gain / σ̂² over stationary Gaussian series."""
+    rng = np.random.default_rng(20261203)
+    x = rng.standard_normal((NULL_SERIES, n))
+    d = np.diff(x, axis=1)
+    med = np.median(d, axis=1, keepdims=True)
+    sig2 = (np.median(np.abs(d - med), axis=1) / 0.6744897501960817 / math.sqrt(2)) ** 2
+    ratio = _max_gain(x) / np.maximum(sig2, 1e-12)
+    return float(np.quantile(ratio, 1 - FALSE_ALARM))
+
+
+def penalty(x: np.ndarray) -> float:
+    return robust_sigma(x) ** 2 * null_factor(len(x))
+
+
+def _segment(x: np.ndarray, pen: float) -> list[int]:
+    import ruptures as rpt
+
+    if pen <= 0:
+        return []
+    algo = rpt.Pelt(model="l2", min_size=MIN_SIZE, jump=1).fit(x.reshape(-1, 1))
+    return [int(b) for b in algo.predict(pen=pen)[:-1]]
+
+
+def _gains(x: np.ndarray) -> np.ndarray:
+    """The l2 gain of splitting x before each index k (NaN where a side is under MIN_SIZE)."""
+    n = len(x)
+    cs = np.cumsum(x)
+    out = np.full(n, np.nan)
+    k = np.arange(MIN_SIZE, n - MIN_SIZE + 1)
+    if len(k):
+        left = cs[k - 1] / k
+        right = (cs[-1] - cs[k - 1]) / (n - k)
+        out[k] = k * (n - k) / n * (left - right) ** 2
+    return out
+
+
+def change_points(values: list[float] | np.ndarray) -> list[ChangePoint]:
+    """The change points of a series in order (none for fewer than MIN_POINTS points or a
+    constant series), each with its 95% location interval and relative shift."""
+    x = np.asarray(values, dtype=float)
+    if len(x) < MIN_POINTS or not np.all(np.isfinite(x)):
+        return []
+    sigma2 = robust_sigma(x) ** 2
+    cps = _segment(x, sigma2 * null_factor(len(x)))
+    edges = [0, *cps, len(x)]
+    out = []
+    for j, cp in enumerate(cps):
+        a, b = edges[j], edges[j + 2]
+        gains = _gains(x[a:b])
+        best = gains[cp - a]
+        inside = np.flatnonzero(gains >= best - CHI2_1_95 * sigma2) + a
+        before, after = x[a:cp].mean(), x[cp:b].mean()
+        out.append(
+            ChangePoint(
+                cp,
+                int(min(inside.min(), cp)),
+                int(max(inside.max(), cp)),
+                math.expm1(after - before),
+            )
+        )
+    return out
