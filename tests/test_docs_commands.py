@@ -167,7 +167,7 @@ SKIPPED: dict[str, str] = {
         {}
         if importlib.util.find_spec("ray")
         else {
-            RAY_LOCAL: "ray is not installed (pip install -e '.[ray]'); .ci/run installs it",
+            RAY_LOCAL: "ray is not installed (pip install -e '.[dev]' brings it)",
             "python -c \"import json; h = json.load(open('reports/quickstart-ray/run.json')); "
             "print([(a['hostname'], a['clock']['before']) for a in h['ray']['actors']])\"": (
                 "reads the run the skipped --ray run would write"

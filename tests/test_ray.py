@@ -3,7 +3,7 @@
 The cluster is real but local: `ray.cluster_utils.Cluster` with a head and a second node on
 127.0.0.1, each with a custom resource of its own, so placing actor k on node k is Ray's doing.
 The clock arithmetic is tested without Ray. Where ray is not importable the cluster tests skip
-with the reason (`pip install -e '.[dev,ray]'`; .ci/run installs it).
+with the reason (`pip install -e '.[dev]'`; .ci/run installs it).
 """
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ def test_without_ray_the_flag_says_how_to_install_it(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- a loopback cluster
 
-ray = pytest.importorskip("ray", reason="ray is not installed: pip install -e '.[dev,ray]'")
+ray = pytest.importorskip("ray", reason="ray is not installed: pip install -e '.[dev]'")
 
 
 @pytest.fixture(scope="module")

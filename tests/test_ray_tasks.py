@@ -137,7 +137,7 @@ def test_ray_resource_without_ray_is_one_line(
 
 # --------------------------------------------------------------------------- a loopback cluster
 
-ray = pytest.importorskip("ray", reason="ray is not installed: pip install -e '.[dev,ray]'")
+ray = pytest.importorskip("ray", reason="ray is not installed: pip install -e '.[dev]'")
 
 
 @pytest.mark.parametrize(
