@@ -27,6 +27,7 @@ FAIRBENCH_LAYERS = [
     "fairbench.targets",
     "fairbench.run",
     "fairbench.analysis",
+    "fairbench.history",
     "fairbench.pipeline",
     "fairbench.decide",
     "fairbench.report",

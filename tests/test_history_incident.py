@@ -1,8 +1,8 @@
 """A simulated 14-"day" history made from the incident scenario (scenarios/incident-fifo.yaml,
-the simulator, 30-second runs, one run a day, a new seed each day): from day 7 on, the cause is
-switched on (the batch tenant's 4k-prompt rate rises by two thirds, 1.5/s -> 2.5/s, as a new report job
-would), and the history must put its change point on day 7, with an interval, and the drift
-rule must fail the gate; the days before it alone must not."""
+the simulator, 30-second runs, one run a day, a new seed each day): from day 7 on, the cause
+is switched on (the batch tenant's 4k-prompt rate rises by two thirds, 1.5/s -> 2.5/s, as a new
+report job would), and the history must put its change point on day 7, with an interval, and
+the drift rule must fail the gate; the days before it alone must not."""
 
 from __future__ import annotations
 

@@ -156,6 +156,7 @@ def _register_optional_commands() -> None:
     """Commands that live in their own modules (kept out of this file to keep it an edge)."""
     from fairbench.cli import analysis as cli_analysis
     from fairbench.cli import fidelity as cli_fidelity
+    from fairbench.cli import history as cli_history
     from fairbench.cli import metrics as cli_metrics
     from fairbench.cli import run as cli_run
 
@@ -166,6 +167,7 @@ def _register_optional_commands() -> None:
     cli_analysis.register_report(app)
     cli_metrics.register(app)
     cli_fidelity.register(app)
+    cli_history.register(app)
 
 
 def _say(line: str) -> None:

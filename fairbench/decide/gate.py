@@ -42,6 +42,8 @@ from typing import Any
 
 from fairbench.analysis import registry
 from fairbench.analysis.registry import MetricError, metric_value
+from fairbench.history import drift_rule
+from fairbench.history.errors import HistoryError
 from fairbench.workload.scenario import read_yaml
 
 _ABSOLUTE = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*(>=|<=|==|!=|>|<)\s*(\S+)\s*$")
@@ -98,6 +100,12 @@ def parse_rules(data: Any) -> list[Rule]:
             item = f"{key}: {value}"
         if not isinstance(item, str):
             problems.append(f"{at}: a rule is a string like 'jain >= 0.9', got {item!r}")
+            continue
+        if drift_rule.is_drift(item):  # a drift over the history store (fairbench.history)
+            try:
+                rules.append(drift_rule.parse(item))  # type: ignore[arg-type]
+            except HistoryError as error:
+                problems.append(f"{at}: {error}")
             continue
         m = _RELATIVE.match(item) or _ABSOLUTE.match(item)
         if m and m.group(1) != "valid":
@@ -253,6 +261,10 @@ def evaluate(
         )
     results = []
     for rule in rules:
+        if isinstance(rule, drift_rule.DriftRule):
+            outcome, shown, detail = drift_rule.evaluate(rule)
+            results.append(Result(rule, outcome, shown, detail=detail))  # type: ignore[arg-type]
+            continue
         cand = _value(candidate, rule.metric)
         if cand is None:
             close = difflib.get_close_matches(rule.metric, _known_names(candidate), n=1)
