@@ -1,0 +1,54 @@
+"""Change points that can be wrong: a known step is found within its interval, and stationary
+series get one at the stated false-alarm rate (fairbench.history.changepoints.FALSE_ALARM,
+5%), measured over 200 seeded series of each length."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from fairbench.history.changepoints import FALSE_ALARM, change_points
+
+SERIES = 200
+
+
+def _bound(rate: float, n: int) -> float:
+    """The stated rate plus three binomial standard deviations, and the multiple-change slack
+    the single-split calibration does not count (measured 7-7.5%, see docs/history.md)."""
+    return rate + 0.03 + 3 * math.sqrt(rate * (1 - rate) / n)
+
+
+@pytest.mark.parametrize("n", [14, 28])
+def test_stationary_series_are_flagged_at_the_stated_rate(n: int) -> None:
+    flagged = sum(
+        bool(change_points(np.random.default_rng(seed).normal(size=n))) for seed in range(SERIES)
+    )
+    assert flagged / SERIES <= _bound(FALSE_ALARM, SERIES), flagged
+    assert flagged > 0  # a penalty so large it never fires would pass the bound above
+
+
+def test_a_known_step_is_found_within_its_interval() -> None:
+    n, at = 28, 14
+    found = covered = 0
+    for seed in range(100):
+        x = np.random.default_rng(1000 + seed).normal(size=n)
+        x[at:] += 3.0
+        cps = change_points(x)
+        found += any(abs(c.at - at) <= 2 for c in cps)
+        covered += any(c.low <= at <= c.high for c in cps)
+    assert found >= 95, found
+    assert covered >= 90, covered
+
+
+def test_the_shift_is_relative_on_log_values() -> None:
+    x = np.log([100.0] * 8 + [150.0] * 8) + np.random.default_rng(1).normal(0, 0.02, 16)
+    (cp,) = change_points(x)
+    assert cp.at == 8 and cp.low <= 8 <= cp.high
+    assert cp.shift == pytest.approx(0.5, abs=0.05)
+
+
+def test_short_or_flat_series_have_none() -> None:
+    assert change_points([1.0, 2.0, 1.0]) == []
+    assert change_points([5.0] * 20) == []
