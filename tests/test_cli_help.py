@@ -37,6 +37,7 @@ COMMANDS = [
     "metrics",
     "fidelity",
     "profile",
+    "history",
 ]
 ENV = {**os.environ, "COLUMNS": "100", "LINES": "50", "TERM": "dumb", "NO_COLOR": "1"}
 REGEN = os.environ.get("FAIRBENCH_REGEN_GOLDEN") == "1"
