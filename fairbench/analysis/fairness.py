@@ -120,9 +120,10 @@ class Timeline:
 
     `service[i, k]` is tenant i's service up to `edges[k]` divided by its weight (cost units:
     a request's cost spread uniformly over its service interval, first response to end);
-    `backlogged[i, k]` says tenant i had a request waiting — arrived, no first response yet —
-    throughout the segment [edges[k], edges[k + 1]). Built in O(n log n); every figure below
-    reads it in O(segments) or O(windows)."""
+    `backlogged[i, k]` says tenant i had a request waiting for the scheduler — passed over by
+    it, not yet admitted or resumed (fairbench.analysis.backlog) — throughout the segment
+    [edges[k], edges[k + 1]). Built in O(n log n); every figure below reads it in O(segments)
+    or O(windows)."""
 
     tenants: tuple[str, ...]
     edges: np.ndarray
@@ -144,8 +145,8 @@ def build_timeline(
     cost: np.ndarray,
     extra_edges: np.ndarray | None = None,
 ) -> Timeline:
-    """`wait_end_s`: when each request stopped waiting (its first response, or when it was last
-    seen if none came); NaN for requests that never waited (rejected)."""
+    """`arrival_s` and `wait_end_s`: when each request began and stopped waiting for the
+    scheduler; NaN for requests that never did (never passed over, or rejected)."""
     names = tuple(sorted(str(c) for c in set(client.tolist())))
     code = np.searchsorted(np.array(names), client.astype(str))
     parts = [arrival_s, wait_end_s, start_s, end_s]

@@ -34,6 +34,7 @@ import pandas as pd
 
 from fairbench.analysis import censored, fairness
 from fairbench.analysis import metrics as m
+from fairbench.analysis.backlog import wait_intervals
 from fairbench.analysis.blocks import (
     drift_block,
     fairness_over_time,
@@ -198,13 +199,12 @@ def _timeline(df: pd.DataFrame, scn: Scenario, timeout_s: float | None) -> fairn
         np.where(ok, col("t_done_ns"), np.nan),
         col("t_first_token_ns"),
     )
-    admitted = censored.admitted(df)
-    wait_end = np.where(admitted, np.where(np.isnan(first), seen, first), np.nan)
+    wait_start, wait_end, _ = wait_intervals(df, timeout_s)  # waiting for the scheduler
     end = np.where(ok, col("t_done_ns"), seen)
     return fairness.build_timeline(
         df["tenant"].to_numpy().astype(str),
         {t.id: t.weight for t in scn.tenants},
-        col("t_intended_ns") / 1e9,
+        wait_start / 1e9,
         wait_end / 1e9,
         first / 1e9,
         end / 1e9,
@@ -221,9 +221,14 @@ def backlogged_fairness(
     sd = fairness.backlogged_service_difference(tl)
     _, values = fairness.backlogged_jain(tl, start, end, window_s)
     finite = values[np.isfinite(values)]
+    _, _, known = wait_intervals(df, scn.run.timeout)
+    basis = "scheduler" if known.all() else ("proxy" if not known.any() else "mixed")
     return {
         "service_difference": {
-            "max": sd.max,
+            # no two tenants ever waited for the scheduler at once: no contention, difference 0
+            "max": sd.max if sd.max is not None else 0.0,
+            "reason": None if sd.max is not None else "no contention",
+            "backlog_basis": basis,
             "pair": list(sd.pair) if sd.pair else None,
             "both_backlogged_s": sd.both_backlogged_s,
             "unit": "tokens (1·prompt + 2·output, ÷ weight)",
@@ -232,6 +237,7 @@ def backlogged_fairness(
             "window_s": window_s,
             "start_s": float(start),
             "contended": len(finite),
+            "reason": None if len(finite) else "no contended window",
             "mean": float(finite.mean()) if len(finite) else None,
             "min": float(finite.min()) if len(finite) else None,
             "median": float(np.median(finite)) if len(finite) else None,

@@ -30,8 +30,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-RECORD_SCHEMA_VERSION = 3  # 2: t_end_ns; 3: rx_delay_ns, rx_delay_max_ns, rx_error_ns,
-# server_received_ns, t_written_ns
+RECORD_SCHEMA_VERSION = 4  # 2: t_end_ns; 3: rx_delay_ns, rx_delay_max_ns, rx_error_ns,
+# server_received_ns, t_written_ns; 4: passed_over_ns, backlog_ns
 STATUSES = ("ok", "error", "timeout", "rejected", "cancelled")
 ERROR_KINDS = (
     "connect",  # could not connect / connection refused
@@ -88,6 +88,12 @@ class Record:
     # when the request's last byte reached the kernel: t_sent plus the write, and on a new
     # connection its connect and TLS handshake
     t_written_ns: int | None = None
+    # contention, as the scheduler saw it (the reference scheduler reports it; None elsewhere):
+    # how long after the send the scheduler first passed the request over — an admission pass
+    # ended while it waited, or it was preempted — None if it never was; and how long it waited
+    # for the scheduler after that, summed over its waits (0: never passed over)
+    passed_over_ns: int | None = None
+    backlog_ns: int | None = None
     worker: int = 0
 
 

@@ -133,6 +133,13 @@ def records_from(
             "n_chunks": 0,
             "worker": 0,
         }
+        if job.status != "rejected":  # the scheduler's own contention signal (passover.py)
+            waited = job.backlog_ns
+            if job.wait_since_ns >= 0:  # still waiting when the simulation ended
+                waited += max(0, result.end_ns - job.wait_since_ns)
+            row["backlog_ns"] = int(waited)
+            if job.passed_over_ns >= 0:
+                row["passed_over_ns"] = int(job.passed_over_ns - sent)
         deadline = sent + timeout_ns if timeout_ns is not None else never
         cut = min(deadline, stop)
         if job.status == "rejected":

@@ -44,6 +44,12 @@ class Job:
     tier: str | None = None  # the tier a demotion moved the job to (its slo_class never changes)
     swapped_tokens: int = 0  # KV tokens in host memory while swapped out
     reject_code: int = 0
+    # Contention, written by the engine (scheduler.passover): when an admission pass first ended
+    # with this job still waiting (or it was preempted), and the time it has waited since it was
+    # passed over, summed over its waits; -1 while it waits in such a wait (`wait_since_ns`).
+    passed_over_ns: int = -1
+    backlog_ns: int = 0
+    wait_since_ns: int = -1
     retry_after_s: int = 0
 
     # Scratch space owned by whichever policy holds the job.

@@ -40,6 +40,7 @@ from reference_scheduler.core.policy import Policy, Verdict
 from reference_scheduler.core.preemption import Preemption, PreemptionSpec
 from reference_scheduler.core.prefix_cache import PrefixCache
 from reference_scheduler.scheduler.config import SchedulerConfig
+from reference_scheduler.scheduler.passover import PassOver, wait_ends, wait_from
 
 
 class StepResult:
@@ -134,6 +135,7 @@ class Engine:
         self.policy.bind(config.replicas * self.profile.max_num_seqs)
         self._uses_charge = bool(getattr(self.policy, "uses_charge", True))
         self._seq = 0
+        self.passover = PassOver()  # who an admission pass left waiting (contention)
         noise = StepNoise.per_replica(
             config.spec.step_noise_cv, config.spec.seed, len(self.replicas)
         )
@@ -173,6 +175,8 @@ class Engine:
             job.reject_code = 400
             return Verdict(False, 400, 0, "context_length_exceeded")
         verdict = self.admission.enter(job, now_ns, self.policy)
+        if verdict.accepted:
+            self.passover.arrived(job)
         rep = self.replicas[0]
         if self._steal_ns and self._steal_at_arrival and verdict.accepted and rep.running:
             rep.extra_ns += self._steal_ns  # its front end ran beside the replica's steps
@@ -183,6 +187,7 @@ class Engine:
         if job.status == "waiting":
             self.policy.remove(job)
             self.admission.left_queue(job)
+            wait_ends(job, now_ns)
         elif job.status == "running":
             rep = self.replicas[job.replica]
             self._take_off(rep, job)
@@ -194,6 +199,7 @@ class Engine:
             rep.resume = [e for e in rep.resume if e[2] is not job]
             heapq.heapify(rep.resume)
             rep.free_blocks += job.blocks  # cooperative pauses keep theirs; others hold 0
+            wait_ends(job, now_ns)
         else:
             return False
         job.status = "cancelled"
@@ -296,6 +302,7 @@ class Engine:
             victim.prefill_left = 0  # everything computed is lost; recounted at resume
         victim.status = "preempted"
         victim.preemptions += 1
+        wait_from(victim, now_ns)
         pre.record(victim.tenant, victim.slo_class, now_ns)
         self.policy.release(victim, now_ns)
         heapq.heappush(rep.resume, (victim.priority, victim.seq, victim))
@@ -310,6 +317,7 @@ class Engine:
         rep.slots += 1
         rep.running[job.id] = job
         job.status = "running"
+        wait_ends(job, now_ns)
         self.policy.resumed(job, now_ns)
         rep.result.admitted.append(job)
         if mode == "recompute":
@@ -385,6 +393,7 @@ class Engine:
             self._start(rep, cand, need, now_ns)
             rep.extra_ns += steal + wake
             wake = 0
+        self.passover.pass_ended(now_ns, len(policy))
 
     def _start(self, rep: Replica, job: Job, need: int, now_ns: int) -> None:
         rep.free_blocks -= need
@@ -394,6 +403,7 @@ class Engine:
         job.status = "running"
         job.replica = rep.index
         job.admit_ns = now_ns
+        wait_ends(job, now_ns)
         self.admission.left_queue(job)
         if self.cache is not None and job.block_hashes:
             job.cached_tokens = self.cache.match(job.block_hashes, job.prompt_tokens)

@@ -59,6 +59,7 @@ from reference_scheduler.core.job import Job
 from reference_scheduler.core.policy import Verdict
 from reference_scheduler.scheduler.config import SchedulerConfig
 from reference_scheduler.scheduler.engine import Engine, StepResult
+from reference_scheduler.scheduler.passover import PassOver, wait_ends, wait_from
 
 ACCEPTED = Verdict(True)
 
@@ -155,6 +156,7 @@ class VllmEngine:
         self.preemptions = 0
         self.recompute_tokens = 0
         self._seq = 0
+        self.passover = PassOver()  # who a step left waiting (contention)
         self._steal_ns = round(self.profile.front_end_core_ms * 1e6)
         self._wake_ns = round(self.profile.idle_wake_ms * 1e6)
         self._idle_after_ns = round(self.profile.idle_after_ms * 1e6)
@@ -185,6 +187,7 @@ class VllmEngine:
             if last is None or now_ns - last >= self._idle_after_ns:
                 rep.stolen_ns += self._wake_ns  # an engine that idled wakes up first
         self.policy.add(job)
+        self.passover.arrived(job)
         if self._steal_ns and rep.running:  # its front end ran while the engine stepped
             rep.stolen_ns += self._steal_ns
         return ACCEPTED
@@ -195,6 +198,7 @@ class VllmEngine:
         (a preempted one's too) stay readable from `segments`."""
         if job.status in ("waiting", "preempted"):
             self.policy.remove(job)
+            wait_ends(job, now_ns)
         elif job.status == "running":
             rep = self.replicas[0]
             rep.running.remove(job)
@@ -248,6 +252,7 @@ class VllmEngine:
         job.lead_ns = 0  # marks that its next token comes from a recompute's prefill
         job.preemptions += 1
         self.preemptions += 1
+        wait_from(job, now_ns)
         self.log.append((now_ns, "preempt", job.id, lost))
         self.policy.prepend(job)
         rep.result.preempted.append(job)
@@ -300,7 +305,8 @@ class VllmEngine:
                 n_prefill += tokens
             budget -= tokens
             i += 1
-        if preempted:  # victims taken back out: count again
+        if preempted:  # victims taken back out: count again; the waiting were passed over
+            self.passover.pass_ended(now_ns, len(self.policy))
             return jobs, tokens_of, self._cost_terms(jobs, tokens_of)
         waiting = self.policy
         while len(waiting) and budget > 0 and len(running) < prof.max_num_seqs:
@@ -320,11 +326,13 @@ class VllmEngine:
                 job.admit_ns = now_ns
                 job.replica = rep.index
             job.status = "running"
+            wait_ends(job, now_ns)
             rep.result.admitted.append(job)
             jobs.append(job)
             tokens_of.append(tokens)
             n_prefill += tokens  # a new prompt, or a preempted job's recompute
             budget -= tokens
+        self.passover.pass_ended(now_ns, len(waiting))
         return jobs, tokens_of, [n_prefill, n_decode, context]
 
     def _cost_terms(self, jobs: list[Job], tokens_of: list[int]) -> list[int]:
