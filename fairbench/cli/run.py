@@ -224,6 +224,13 @@ def register(app: typer.Typer) -> None:
                 "scheduler.policy=priority (repeat)",
             ),
         ] = None,
+        history: Annotated[
+            Path | None,
+            typer.Option(
+                metavar="FILE",
+                help="add the finished run to this history store (docs/history.md)",
+            ),
+        ] = None,
     ) -> None:
         """Run a scenario open-loop against its target and write a run directory."""
         doc, scn = scenario_with(file, overrides, "--set")
@@ -288,6 +295,15 @@ def register(app: typer.Typer) -> None:
             write_run_report(outcome.run_dir)
             bar.update(task, detail="done")
         summary = outcome.summary
+        if history is not None and not outcome.stopped:
+            from fairbench.history.errors import HistoryError
+            from fairbench.history.rundata import add_runs
+
+            try:
+                add_runs(history, [outcome.run_dir])
+            except HistoryError as error:  # the run is written; only the add failed
+                console.print(str(error), markup=False, highlight=False, soft_wrap=True)
+                raise typer.Exit(2) from None
         if as_json:
             sys.stdout.write(json.dumps(summary, indent=2, default=str) + "\n")
         else:
