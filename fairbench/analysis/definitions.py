@@ -327,8 +327,9 @@ METRICS: tuple[Metric, ...] = (
         "lower",
         "max over tenants of mean slowdown ÷ min over tenants, slowdown = E2E ÷ the request's "
         "E2E alone on the engine (cost model for sim/reference; else 1 ms per prompt + output "
-        "token). Not a headline fairness figure: a fair queue makes a flooding tenant absorb "
-        "its own backlog, which raises this ratio, while FIFO's equal misery lowers it",
+        "token). Larger is worse; the field's rule of thumb: < 2 is acceptable. Not a headline "
+        "fairness figure: a fair queue makes a flooding tenant absorb its own backlog, which "
+        "raises this ratio, while FIFO's equal misery lowers it",
         "admitted requests (an unfinished one enters with its E2E so far: a lower bound)",
         ("overall", "class"),
         0.05,
@@ -362,11 +363,19 @@ METRICS: tuple[Metric, ...] = (
         "service_difference",
         "tokens",
         "lower",
-        "max over tenant pairs and intervals in which both were backlogged (a request waiting "
-        "for its first response) of |W_f/w_f − W_g/w_g|, W = service (1·prompt + 2·output "
-        "tokens, spread over first response → end); VTC's bounded quantity (Sheng et al., "
-        "OSDI 2024, Thm 4.2)",
-        "requests of the measurement window",
+        "max over tenant pairs and intervals in which both were backlogged of |W_f/w_f − "
+        "W_g/w_g|, W = service (1·prompt + 2·output tokens, spread over first response → end); "
+        "VTC's bounded quantity (Sheng et al., OSDI 2024, Thm 4.2). Backlogged: a request of "
+        "the tenant waits for the scheduler — the scheduler passed it over (an admission pass "
+        "ended while it waited, or it was preempted) and has not admitted or resumed it; "
+        "waiting for the next step boundary, or for one's own prefill, is not contention. 0 "
+        "when no two tenants were ever backlogged at once (reason `no contention`)",
+        "requests of the measurement window; the waits come from the scheduler's own events "
+        "where the target reports them (`passed_over_ns`, `backlog_ns`: the reference "
+        "scheduler, simulated or live); for an opaque engine (vLLM, TGI over HTTP) the proxy is "
+        "arrival → first response, which counts a request's own prefill and step-boundary wait "
+        "as backlog and so overstates contention (`fairness.service_difference.backlog_basis` "
+        "says which was used)",
         ("overall",),
         0.10,
     ),
@@ -375,8 +384,9 @@ METRICS: tuple[Metric, ...] = (
         "index",
         "higher",
         "mean over windows with ≥ 2 backlogged tenants of Jain's index of weighted service of "
-        "the tenants backlogged ≥ half the window",
-        "requests of the measurement window",
+        "the tenants backlogged (waiting for the scheduler, as in service_difference) ≥ half "
+        "the window; no value, with the reason `no contended window`, when no window had two",
+        "requests of the measurement window (backlog as in service_difference)",
         ("overall",),
         0.02,
         absolute=True,

@@ -33,7 +33,13 @@ def _ms(value: float | None) -> str:
 
 def results_table(summary: dict[str, Any]) -> Table:
     """One row per group; latency in ms from the intended send time, p50/p99."""
-    table = Table(title="latency ms (from intended send) p50/p90/p99", title_justify="left")
+    from fairbench.report.markdown import window_note
+
+    note = window_note(summary)
+    table = Table(
+        title="latency ms (from intended send) p50/p90/p99" + (f"; {note}" if note else ""),
+        title_justify="left",
+    )
     for col in ("group", "ok/err/t-o/rej/cx", "TTFT", "TPOT", "ITL max", "E2E", "req/s", "SLO"):
         table.add_column(col, justify="left" if col == "group" else "right", no_wrap=True)
     rows = [("overall", summary["overall"])]

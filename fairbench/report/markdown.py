@@ -55,18 +55,55 @@ def _lat(lat: dict[str, Any], kind: str, key: str) -> str:
     return ("≥ " if key in (block.get("lower_bound") or []) else "") + ms(block.get(key))
 
 
+def window_note(summary: dict[str, Any]) -> str:
+    """What the results table counts, when that is fewer requests than the run planned (the
+    progress bar counts every one): warm-up and cool-down are outside the measurement window."""
+    planned = (summary.get("accounting") or {}).get("planned")
+    n = summary["overall"]["requests"]
+    if not isinstance(planned, int) or n >= planned:
+        return ""
+    lo, hi = summary["window_s"]
+    return (
+        f"counts {n} of {planned} requests: those due in the measurement window [{lo:g} s, "
+        f"{hi:g} s]; warm-up and cool-down excluded {planned - n}"
+    )
+
+
+def why_none(summary: dict[str, Any], name: str) -> str:
+    """Why a fairness figure has no value (or a value that means nothing happened), in words:
+    the terminal, summary.md and the report say this instead of a dash."""
+    fair = summary.get("fairness", {})
+    if name == "service_difference":
+        return (fair.get("service_difference") or {}).get("reason") or "no contention"
+    if name in ("jain_backlogged", "jain_backlogged_min"):
+        return (fair.get("jain_windows") or {}).get("reason") or "no contended window"
+    if name == "isolation":
+        return "no solo arm"
+    if name in ("worst_slowdown_ratio", "jain_slowdown"):
+        return "fewer than two tenants"
+    return "no value"
+
+
+def figure_text(summary: dict[str, Any], name: str) -> str:
+    """A fairness figure as people read it, or why it has none."""
+    entry = summary.get("metrics", {}).get("overall", {}).get(name) or {}
+    value = entry.get("value")
+    reason = (summary.get("fairness", {}).get(name) or {}) if name == "service_difference" else {}
+    if value is None:
+        return why_none(summary, name)
+    text = registry.show(registry.get(name).unit, value, bool(entry.get("lower_bound")))
+    if isinstance(reason, dict) and reason.get("reason"):
+        text += f" ({reason['reason']})"
+    return text
+
+
 def fairness_line(summary: dict[str, Any]) -> str:
     """The headline fairness figures in one line (fairbench.analysis.registry)."""
-    overall = summary.get("metrics", {}).get("overall", {})
     parts = []
     for name, label in (
         ("service_difference", "backlogged service difference"),
         ("jain_backlogged", "Jain among the backlogged"),
         ("isolation", "worst isolation"),
     ):
-        entry = overall.get(name) or {}
-        value = registry.show(
-            registry.get(name).unit, entry.get("value"), bool(entry.get("lower_bound"))
-        )
-        parts.append(f"{label} {value}")
+        parts.append(f"{label} {figure_text(summary, name)}")
     return "Fairness: " + ", ".join(parts) + "."

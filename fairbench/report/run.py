@@ -33,7 +33,7 @@ from fairbench.report.html import (
     text_of,
     write_page,
 )
-from fairbench.report.markdown import markdown_summary
+from fairbench.report.markdown import figure_text, markdown_summary
 from fairbench.targets.engines import engine
 from fairbench.workload.scenario import parse_scenario
 
@@ -151,6 +151,8 @@ def fairness_table(summary: dict[str, Any]) -> str:
         entry = overall.get(name) or {}
         metric = registry.get(name)
         value = registry.show(metric.unit, entry.get("value"), bool(entry.get("lower_bound")))
+        if entry.get("value") is None or name == "service_difference":
+            value = figure_text(summary, name)  # words, not a dash, where there is no value
         if name == "service_difference" and (fair.get("service_difference") or {}).get("pair"):
             value += " (" + " vs ".join(fair["service_difference"]["pair"]) + ")"
         if name == "isolation":
@@ -159,7 +161,7 @@ def fairness_table(summary: dict[str, Any]) -> str:
                 worst = max(iso, key=lambda k: iso[k])
                 value += f" ({html.escape(worst)})"
             else:
-                value = "- (needs a solo arm: simulated for sim targets)"
+                value = "no solo arm (simulated for sim targets)"
         rows.append([html.escape(label), html.escape(value)])
     rows.append(
         [
