@@ -103,6 +103,32 @@ def register(app: typer.Typer) -> None:
             raise _fail(error) from None
         print(f"{db}: added {added} runs, {already} already there")
 
+    @history.command("import")
+    def import_(
+        export: Annotated[
+            Path, typer.Argument(help="a Prometheus range-query JSON export", metavar="FILE")
+        ],
+        db: Annotated[Path, typer.Option(help=DB_HELP, metavar="FILE")] = Path(
+            "reports/history.duckdb"
+        ),
+        name: Annotated[
+            str, typer.Option(help="the series' scenario name in the store", metavar="NAME")
+        ] = "production",
+        step: Annotated[
+            str, typer.Option(help="one point per this much time", metavar="LENGTH")
+        ] = "1h",
+    ) -> None:
+        """Import a platform's TTFT histograms and queue lengths (docs/history.md)."""
+        from fairbench.history.errors import HistoryError
+        from fairbench.history.prometheus import import_export
+        from fairbench.history.windows import parse_window
+
+        try:
+            added, already = import_export(db, export, name, parse_window(step, "--step"))
+        except HistoryError as error:
+            raise _fail(error) from None
+        print(f"{db}: added {added} points of {name}, {already} already there")
+
     @history.command("show")
     def show(
         metric: Annotated[str, typer.Option(help="a registry metric, e.g. ttft_p99")],
