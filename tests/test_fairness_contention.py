@@ -115,3 +115,38 @@ def test_a_figure_without_a_solo_arm_says_so() -> None:
         },
     }
     assert "worst isolation no solo arm" in fairness_line(summary)
+
+
+@settings(max_examples=25, deadline=None)
+@given(tenants=st.integers(2, 9), n=st.integers(5, 120), seed=st.integers(0, 10_000))
+def test_the_pruned_service_difference_equals_every_pair(tenants: int, n: int, seed: int) -> None:
+    """The search that stops at the service bound finds the same largest difference as trying
+    every pair (the pair may differ only on a tie)."""
+    from fairbench.analysis.fairness import (
+        backlogged_service_difference,
+        backlogged_service_difference_all_pairs,
+        build_timeline,
+    )
+
+    rng = np.random.default_rng(seed)
+    client = rng.integers(0, tenants, n).astype(str)
+    arrival = np.sort(rng.uniform(0, 10, n))
+    waits = rng.random(n) < 0.6
+    wait_end = arrival + rng.uniform(0, 2, n)
+    start = wait_end + rng.uniform(0, 0.5, n)
+    end = start + rng.uniform(0.01, 1.5, n)
+    weights = {str(k): float(rng.integers(1, 4)) for k in range(tenants)}
+    tl = build_timeline(
+        client,
+        weights,
+        np.where(waits, arrival, np.nan),
+        np.where(waits, wait_end, np.nan),
+        start,
+        end,
+        rng.uniform(1, 100, n),
+    )
+    fast, slow = backlogged_service_difference(tl), backlogged_service_difference_all_pairs(tl)
+    if slow.max is None:
+        assert fast.max is None
+    else:
+        assert fast.max is not None and np.isclose(fast.max, slow.max, rtol=1e-9, atol=1e-9)
