@@ -10,6 +10,7 @@ here and add it to the list in `fairbench.report.run.run_report`.
 
 from __future__ import annotations
 
+import html
 from collections.abc import Mapping
 from typing import Any
 
@@ -90,34 +91,41 @@ def latency_cdfs(
 def ttft_p99_over_time(
     summary: Mapping[str, Any], window: tuple[float, float], t_end: float
 ) -> list[str]:
-    """The rolling-window TTFT p99 behind the drift figure, each window with its 95% interval
-    (a band; open-ended windows reach the top of the plot), and the drift with its interval."""
+    """The rolling-window TTFT p99 behind the drift figure, each window with its 95% interval as
+    a vertical bar (to the top of the plot where n cannot bound p99; none where the window is
+    too short for its own correlation), and the drift with its interval or the reason it has
+    none."""
     drift = summary.get("drift", {}).get("ttft_p99", {})
     windows = drift.get("windows") or []
     if not windows:
         return []
     width = drift.get("window_s")
-    x = [w["start_s"] for w in windows]
     values = [w["p99_ms"] for w in windows]
     tops = [w.get("ci_high_ms") for w in windows]
     ceiling = max([v for v in [*values, *tops] if v is not None] or [1.0]) * 1.1
+    bar_x: list[float | None] = []
+    bar_y: list[float | None] = []
+    for w in windows:
+        if w.get("ci_low_ms") is None:
+            continue
+        top = w.get("ci_high_ms")
+        bar_x += [w["start_s"], w["start_s"], None]
+        bar_y += [w["ci_low_ms"], ceiling if top is None else top, None]
     fig = go.Figure()
-    if any(w.get("ci_low_ms") is not None for w in windows):
+    if bar_x:
         fig.add_trace(
             go.Scatter(
-                x=x + x[::-1],
-                y=[ceiling if t is None else t for t in tops]
-                + [w.get("ci_low_ms") for w in windows][::-1],
-                fill="toself",
-                fillcolor="rgba(31,119,180,0.15)",
-                line={"width": 0},
+                x=bar_x,
+                y=bar_y,
+                mode="lines",
+                line={"width": 6, "color": "rgba(31,119,180,0.25)"},
                 hoverinfo="skip",
-                name="95% interval (order statistics; open above where n cannot bound p99)",
+                name="95% interval (to the top: n cannot bound p99; none: window too short)",
             )
         )
     fig.add_trace(
         go.Scatter(
-            x=x,
+            x=[w["start_s"] for w in windows],
             y=values,
             mode="lines+markers",
             name=f"TTFT p99 per {width:g} s window" if width else "TTFT p99 per window",
@@ -125,21 +133,24 @@ def ttft_p99_over_time(
     )
     d = drift.get("drift")
     title = "TTFT p99 over time (rolling windows)"
+    note = ""
     if d and d.get("relative") is not None:
-        if d.get("ci_low") is not None and d.get("ci_high") is not None:
-            ci = f" [{d['ci_low']:+.1%}, {d['ci_high']:+.1%}] at 95%"
-        else:
-            ci = f" (no interval: {d.get('ci_reason') or 'a window has unfinished requests'})"
         bound = "≥ " if d.get("lower_bound") else ""
-        test = f", p = {d['trend_p']:.2f}" if d.get("trend_p") is not None else ""
-        title += f" — drift {bound}{d['relative']:+.1%}{ci}{test}"
+        if d.get("ci_low") is not None and d.get("ci_high") is not None:
+            test = f", p = {d['trend_p']:.2f}" if d.get("trend_p") is not None else ""
+            ci = f" [{d['ci_low']:+.1%}, {d['ci_high']:+.1%}] at 95%{test}"
+        else:
+            ci = " (no interval: see below)"
+            note = "drift has no interval: " + (d.get("ci_reason") or "a window has none")
+        title += f" — drift {bound}{d['relative']:+.1%}{ci}"
     shade_window(fig, window, t_end)
     fig.update_layout(
-        title={"text": title, "font": {"size": 13}},
-        xaxis_title=f"window start, {INTENDED_CLOCK}",
-        yaxis_title="TTFT p99 (ms)",
+        title=title, xaxis_title=f"window start, {INTENDED_CLOCK}", yaxis_title="TTFT p99 (ms)"
     )
-    return [fig_html(fig, "ttft-p99-time")]
+    page = fig_html(fig, "ttft-p99-time")
+    if note:
+        page += f"<p class='note'>{html.escape(note)}</p>"
+    return [page]
 
 
 def queue_depth(
