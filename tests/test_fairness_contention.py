@@ -150,3 +150,19 @@ def test_the_pruned_service_difference_equals_every_pair(tenants: int, n: int, s
         assert fast.max is None
     else:
         assert fast.max is not None and np.isclose(fast.max, slow.max, rtol=1e-9, atol=1e-9)
+
+
+def test_isolation_is_flagged_only_where_the_difference_matters() -> None:
+    from fairbench.analysis.isolation import isolation_detail
+
+    got = isolation_detail(
+        {"small": 18.0, "slo": 250.0, "hurt": 900.0, "none": 5.0},
+        {"small": 8.0 + 0.5, "slo": 60.0, "hurt": 100.0, "none": None},
+        {"small": None, "slo": 300.0, "hurt": 300.0, "none": None},
+    )
+    assert got["small"]["flagged"] is False  # 2.1×, but +9.5 ms: under the 10 ms floor
+    assert "none" not in got
+    assert got["slo"]["flagged"] is False and "SLO" in got["slo"]["why"]
+    assert got["hurt"]["flagged"] is True and got["hurt"]["difference_ms"] == 800.0
+    tiny = isolation_detail({"a": 17.0}, {"a": 8.0}, {"a": None})["a"]
+    assert tiny["flagged"] is False and "floor" in tiny["why"] and tiny["ratio"] > 2

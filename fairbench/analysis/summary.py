@@ -45,6 +45,7 @@ from fairbench.analysis.blocks import (
     unloaded_ns,
 )
 from fairbench.analysis.columns import Cols
+from fairbench.analysis.isolation import isolation_detail
 from fairbench.analysis.registry import metrics_block
 from fairbench.run.records import STATUSES
 from fairbench.workload.scenario import Scenario
@@ -246,6 +247,20 @@ def backlogged_fairness(
     }
 
 
+def _isolation_detail(summary: dict[str, Any], df: pd.DataFrame, scn: Scenario) -> dict[str, Any]:
+    """Each tenant's isolation with its absolute difference and flag (fairbench.analysis.isolation):
+    the SLO is the strictest TTFT SLO of the classes the tenant sent in the window."""
+    tenants, classes = df["tenant"].to_numpy(), df["slo_class"].to_numpy()
+    slo: dict[str, float | None] = {}
+    for t in summary["tenants"]:
+        sent = {str(c) for c in set(classes[tenants == t])}
+        limits = [scn.slo_classes[c].ttft for c in sent if c in scn.slo_classes]
+        limits = [x for x in limits if x is not None]
+        slo[t] = min(limits) * 1e3 if limits else None
+    mix = {t: b["latency_ms"]["ttft"]["p99"] for t, b in summary["tenants"].items()}
+    return isolation_detail(mix, summary["fairness"]["solo_ttft_p99_ms"], slo)
+
+
 def _window(records: pd.DataFrame, start: float, end: float) -> pd.DataFrame:
     """The records whose intended time is in [start, end] s. Records come in plan order, so the
     window is one contiguous slice: taken without copying a million-row frame."""
@@ -351,6 +366,7 @@ def build_summary(
     summary["fairness"]["isolation"] = {
         tenant: iso.get(tenant, {}).get("isolation", {}).get("value") for tenant in names["tenant"]
     }
+    summary["fairness"]["isolation_detail"] = _isolation_detail(summary, df, scn)
     overall = summary["metrics"]["overall"]
     for name in ("worst_slowdown_ratio", "jain_slowdown"):
         summary["fairness"][name] = overall[name]["value"]

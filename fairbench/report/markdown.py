@@ -94,7 +94,20 @@ def figure_text(summary: dict[str, Any], name: str) -> str:
     text = registry.show(registry.get(name).unit, value, bool(entry.get("lower_bound")))
     if isinstance(reason, dict) and reason.get("reason"):
         text += f" ({reason['reason']})"
+    if name == "isolation":
+        text += _isolation_note(summary)
     return text
+
+
+def _isolation_note(summary: dict[str, Any]) -> str:
+    """The worst tenant's absolute change beside the ratio, and whether it is flagged."""
+    detail = summary.get("fairness", {}).get("isolation_detail") or {}
+    if not detail:
+        return ""
+    worst = max(detail, key=lambda t: detail[t]["ratio"])
+    d = detail[worst]
+    flag = "flagged" if d["flagged"] else "not flagged"
+    return f" ({worst}: {d['difference_ms']:+,.1f} ms; {flag}: {d['why']})"
 
 
 def fairness_line(summary: dict[str, Any]) -> str:

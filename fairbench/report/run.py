@@ -151,16 +151,16 @@ def fairness_table(summary: dict[str, Any]) -> str:
         entry = overall.get(name) or {}
         metric = registry.get(name)
         value = registry.show(metric.unit, entry.get("value"), bool(entry.get("lower_bound")))
-        if entry.get("value") is None or name == "service_difference":
+        if entry.get("value") is None or name in ("service_difference", "isolation"):
             value = figure_text(summary, name)  # words, not a dash, where there is no value
         if name == "service_difference" and (fair.get("service_difference") or {}).get("pair"):
             value += " (" + " vs ".join(fair["service_difference"]["pair"]) + ")"
         if name == "isolation":
             iso = {k: v for k, v in (fair.get("isolation") or {}).items() if v is not None}
-            if iso:
+            if iso and not fair.get("isolation_detail"):  # the detail names the tenant
                 worst = max(iso, key=lambda k: iso[k])
-                value += f" ({html.escape(worst)})"
-            else:
+                value += f" ({worst})"
+            elif not iso:
                 value = "no solo arm (simulated for sim targets)"
         rows.append([html.escape(label), html.escape(value)])
     rows.append(
