@@ -4,8 +4,9 @@ for a run of 1,000 s and for one spanning 24 simulated hours (no figure may cost
 O(n log n) in requests plus O(windows)).
 
 The records are censored as an overloaded run's are: 3% time out, 1% are cancelled at the end,
-1% are rejected. The summary's quantile CIs use the exact bootstrap where nothing is censored
-(fairbench.analysis.stats) and Brookmeyer–Crowley otherwise. The baseline, measured in the same
+1% are rejected. The summary's quantile CIs are order statistics (binomial ranks, widened by
+batch means for dependence) where nothing is censored (fairbench.analysis.intervals) and
+Brookmeyer–Crowley otherwise. The baseline, measured in the same
 run, is the explicit percentile bootstrap with 1,000 resamples of one quantile (timed on 50
 resamples and scaled, labelled as such). Each span runs in a process of its own, so its peak
 RSS is its own.
@@ -155,7 +156,7 @@ def main() -> None:
             "-",
             "1.0",
         ],
-        ["exact bootstrap of one p99", f"{exact_s:.2f}", "-", f"{exact_s / naive:.4f}"],
+        ["order-statistic interval of one p99", f"{exact_s:.2f}", "-", f"{exact_s / naive:.4f}"],
     ]
     for label, r in spans.items():
         rows.append(

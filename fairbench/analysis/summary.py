@@ -7,7 +7,8 @@ Schema history (`SUMMARY_SCHEMA_VERSION`):
       throughput, goodput, slo_attainment), fairness (Jain over service ÷ fair share,
       slowdown Jain and worst ratio, service difference, windowed Jain, starvation), drift
       (TTFT p99 per rolling window, drift with CI and trend test, queue-depth variance), and
-      latency_ci_ms in every group (exact bootstrap CIs of p50/p90/p99), and a per-workload
+      latency_ci_ms in every group (CIs of p50/p90/p99; since this wave order statistics, see
+      fairbench.analysis.intervals), and a per-workload
       block beside tenants and classes.
 
   2 — latencies count every admitted request: unfinished ones are right-censored
