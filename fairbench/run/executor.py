@@ -209,6 +209,8 @@ class Executor:
             rec.preemptions = _opt_int(extra.get("preemptions"))
             rec.cached_tokens = _opt_int(extra.get("cached_tokens"))
             rec.server_received_ns = _opt_int(extra.get("received_ns"))
+            rec.passed_over_ns = _opt_int(extra.get("passed_over_ns"))  # reference scheduler
+            rec.backlog_ns = _opt_int(extra.get("backlog_ns"))
         delivered = tokens if stream_tokens is None else stream_tokens
         wants_tokens = req.endpoint != "embeddings" and req.max_tokens > 0
         if wants_tokens and (rec.output_tokens == 0 or (req.stream and delivered == 0)):

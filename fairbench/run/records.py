@@ -91,7 +91,8 @@ class Record:
     # contention, as the scheduler saw it (the reference scheduler reports it; None elsewhere):
     # how long after the send the scheduler first passed the request over — an admission pass
     # ended while it waited, or it was preempted — None if it never was; and how long it waited
-    # for the scheduler after that, summed over its waits (0: never passed over)
+    # for the scheduler after that, summed over its waits (0: never passed over). The live
+    # reference server counts from its own receipt of the request, a loopback hop after the send
     passed_over_ns: int | None = None
     backlog_ns: int | None = None
     worker: int = 0

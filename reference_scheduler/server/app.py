@@ -166,6 +166,11 @@ class Api:
             # anything): lets the client check the rate the server saw, not only what it sent
             "received_ns": job.arrival_ns,
             "queue_time_ns": job.admit_ns - job.arrival_ns if job.admit_ns >= 0 else None,
+            # contention as the scheduler saw it (scheduler/passover.py), from its receipt
+            "passed_over_ns": (
+                job.passed_over_ns - job.arrival_ns if job.passed_over_ns >= 0 else None
+            ),
+            "backlog_ns": job.backlog_ns,
             "preemptions": job.preemptions,
             "cached_tokens": job.cached_tokens,
             "tier": job.slo_class,
