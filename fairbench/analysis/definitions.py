@@ -378,7 +378,11 @@ METRICS: tuple[Metric, ...] = (
         "scheduler, simulated or live); for an opaque engine (vLLM, TGI over HTTP) the proxy is "
         "arrival → first response, which counts a request's own prefill and step-boundary wait "
         "as backlog and so overstates contention (`fairness.service_difference.backlog_basis` "
-        "says which was used)",
+        "says which was used). Its error, measured on simulated runs where both are known: "
+        "under overload within 1.2% (vtc-overload, FIFO 276,381 vs 276,356 tokens, VTC 2,067 "
+        "vs 2,042; Jain equal to 4 decimals); with no queueing 187, 1,159 and 5,126 tokens at "
+        "50, 200 and 400 req/s beside 5 req/s on two replicas, and 83,569 tokens on 80 "
+        "replicas at 3,200 req/s, where the scheduler's own waits give 0",
         ("overall",),
         0.10,
     ),
