@@ -199,3 +199,77 @@ def test_a_censored_tail_never_wins() -> None:
     comparison = compare_scenario_pairs([(a, b)], short, resamples=100, deterministic=True)
     p99 = comparison.get("ttft_p99")
     assert p99 is not None and p99.b_bound and p99.verdict != "better", p99.as_dict()
+
+
+def _timed_out_tail(run: RunData, share: float, timeout_s: float, cut: float = 0.0) -> RunData:
+    """The run with its slowest `share` of TTFTs timed out: last seen at the timeout, or with
+    `cut` > 0 at `cut` × the TTFT it would have had (censored just below its true value; the
+    comparison's scenario then needs a timeout shorter than that)."""
+    frame = run.records.copy()
+    ttft = frame["t_first_token_ns"] - frame["t_intended_ns"]
+    worst = ttft >= ttft.quantile(1 - share)
+    cols = ["status", "t_first_token_ns", "t_last_token_ns", "t_done_ns"]
+    frame.loc[worst, cols] = ["timeout", None, None, None]
+    end = (ttft * cut).round() if cut else timeout_s * 1e9
+    frame.loc[worst, "t_end_ns"] = (frame["t_intended_ns"] + end)[worst]
+    return RunData(Path(f"{run.path}-censored"), dict(run.summary), frame)
+
+
+def test_one_noisy_pair_is_inconclusive_on_every_row_censored_or_not() -> None:
+    """Before #32 a censored row returned `worse` from one pair of a noisy target (the bound
+    branch ran before the one-pair rule); one pair cannot see run-to-run noise, bound or not."""
+    short = _short_incident()
+    a = sim_run(short, 7, "fifo", 0)
+    b = _timed_out_tail(sim_run(short, 7, "fifo", 1), 0.05, short.run.timeout)
+    comparison = compare_scenario_pairs([(a, b)], short, resamples=100)
+    p99 = comparison.get("ttft_p99")
+    assert p99 is not None and p99.b_bound and p99.verdict == "inconclusive", p99.as_dict()
+    assert {v.verdict for v in comparison.verdicts} <= {"inconclusive", "cannot evaluate"}
+
+
+def test_mixed_bounds_over_pairs_are_evidence_one_sided() -> None:
+    """Three pairs; B's tail was cut short in two of them (its p99 only a lower bound there): the
+    bounds, far above A's values, still show B is worse — one-sided, its upper end open — and
+    the mirror (A censored) shows B better. Bounds on both sides say nothing."""
+    short = _short_incident()
+    slow = short.model_copy(update={"scheduler": {**short.scheduler, "max_num_seqs": 8}})
+    pairs = []
+    for j, s in enumerate((21, 22, 23)):
+        a = sim_run(short, s, "fifo", 10 + j)
+        b = sim_run(slow, s, "fifo", 20 + j)  # a real regression: a quarter of the batch slots
+        pairs.append((a, _timed_out_tail(b, 0.05, short.run.timeout, 0.999) if j < 2 else b))
+    row = [Name(registry.get("ttft_p99"))]
+    cut = short.model_copy(update={"run": short.run.model_copy(update={"timeout": 1.0})})
+    worse = compare_scenario_pairs(pairs, cut, resamples=100, rows=row).get("ttft_p99")
+    assert worse is not None and worse.b_bound and not worse.a_bound
+    assert worse.verdict == "worse" and worse.ci_high == float("inf"), worse.as_dict()
+    assert worse.ci_low > 0
+    mirror = [(b, a) for a, b in pairs]
+    better = compare_scenario_pairs(mirror, cut, resamples=100, rows=row).get("ttft_p99")
+    assert better is not None and better.verdict == "better" and better.ci_low == float("-inf")
+    both = [(pairs[0][1], pairs[0][1]), (pairs[1][1], pairs[1][1])]
+    none = compare_scenario_pairs(both, cut, resamples=100, rows=row).get("ttft_p99")
+    assert none is not None and none.verdict == "cannot evaluate" and "both arms" in none.reason
+
+
+def test_too_few_requests_or_blocks_say_why_there_is_no_verdict() -> None:
+    """A group with a handful of requests has no verdict, and says how many it had; one
+    deterministic pair shorter than MIN_BLOCKS time blocks says what duration would do."""
+    from fairbench.decide.compare import MIN_BLOCKS, MIN_PER_ARM
+
+    short = _short_incident()
+    a, b = (sim_run(short, 9, p, 0, noise=0.0) for p in ("fifo", "dwrr"))
+    comparison = compare_scenario_pairs([(a, b)], short, resamples=100, deterministic=True)
+    p99 = comparison.get("ttft_p99")
+    assert p99 is not None and p99.verdict == "cannot evaluate", p99.as_dict()
+    assert f"≥ {MIN_BLOCKS}" in p99.reason and "time blocks" in p99.reason
+    few = [
+        (
+            RunData(a.path, a.summary, a.records.iloc[: MIN_PER_ARM - 5]),
+            RunData(b.path, b.summary, b.records.iloc[: MIN_PER_ARM - 5]),
+        )
+    ] * 2
+    comparison = compare_scenario_pairs(few, short, resamples=50)
+    row = comparison.get("ttft_p99")
+    assert row is not None and row.verdict == "cannot evaluate"
+    assert "too few requests" in row.reason and f"≥ {MIN_PER_ARM}" in row.reason

@@ -150,7 +150,7 @@ SKIPPED: dict[str, str] = {
     "pip install -e ./fairbench": INSTALL,
     "./deploy-candidate.sh": "your deployment script, in your CI",
     'fairbench run scenarios/quickstart.yaml --target-url "$CANDIDATE_URL" --out run': CI_STEP,
-    "fairbench gate --baseline ci/baseline-summary.json --candidate run --rules ci/gate.yaml "
+    "fairbench gate --baseline ci/baseline --candidate run --rules ci/gate.yaml "
     '--junit gate.xml --markdown "$GITHUB_STEP_SUMMARY"': CI_STEP,
     "helm repo add kuberay https://ray-project.github.io/kuberay-helm/": KUBERAY,
     "helm install kuberay-operator kuberay/kuberay-operator --version 1.2.2": KUBERAY,

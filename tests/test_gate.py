@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import copy
+import math
 import subprocess
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import yaml
 
@@ -58,7 +60,12 @@ def summary(
     }
 
 
-BASELINE = summary(200.0, (190.0, 210.0), 0.97, 0.91)
+# three replicated baseline runs (seeds): a relative rule judges against their run-to-run spread
+BASELINE = [
+    summary(200.0, (190.0, 210.0), 0.97, 0.91),
+    summary(188.0, (179.0, 198.0), 0.97, 0.91),
+    summary(211.0, (200.0, 222.0), 0.97, 0.91),
+]
 CASES = {
     # +4% and overlapping intervals: noise, not a regression
     "pass": summary(208.0, (198.0, 219.0), 0.96, 0.90),
@@ -80,7 +87,7 @@ def test_golden_outputs(case: str, code: int) -> None:
 
 def test_a_baseline_of_another_scenario_blocks_the_gate() -> None:
     other = copy.deepcopy(BASELINE)
-    other["scenario"] = "something-else"
+    other[1]["scenario"] = "something-else"
     results, blocker = evaluate(RULES, other, CASES["pass"])
     assert exit_code(results, blocker) == 2
     assert blocker is not None and "scenario" in blocker
@@ -164,7 +171,7 @@ def run_dogfood(tmp_path: Path, name: str, policy: str, seed: int) -> Path:
 
 def test_the_dogfood_gate_fails_fifo_and_passes_another_seed(tmp_path: Path) -> None:
     rules = str(REPO / ".ci" / "gate.yaml")
-    baseline = str(REPO / ".ci" / "baseline-summary.json")
+    baseline = str(REPO / ".ci" / "baseline")  # five seeds of DWRR
     unfair = run_dogfood(tmp_path, "fifo", "fifo", 1)
     result = gate_cli(
         "gate",
@@ -183,3 +190,50 @@ def test_the_dogfood_gate_fails_fifo_and_passes_another_seed(tmp_path: Path) -> 
     fair = run_dogfood(tmp_path, "seed7", "dwrr", 7)
     result = gate_cli("gate", "--baseline", baseline, "--candidate", str(fair), "--rules", rules)
     assert result.returncode == 0, result.stdout
+
+
+def test_one_baseline_run_cannot_judge_a_relative_rule_and_says_what_would() -> None:
+    """One run shows nothing of run-to-run noise: the relative rule is `cannot evaluate` (exit
+    2) naming the fix, while the absolute rules are still judged."""
+    results, blocker = evaluate(RULES, BASELINE[0], CASES["pass"])
+    relative = results[3]
+    assert relative.outcome == "error" and exit_code(results, blocker) == 2
+    assert "baseline has 1 run" in relative.detail and "≥ 3 replicated runs" in relative.detail
+    assert "fairbench ab" in relative.detail
+    assert [r.outcome for r in results if not r.rule.relative] == ["pass"] * 4
+    copies = [BASELINE[0]] * 3  # three copies of one seed replicate nothing
+    results, _ = evaluate(RULES, copies, CASES["pass"])
+    assert results[3].outcome == "error" and "identical" in results[3].detail
+
+
+def _p99_summary(value: float) -> dict[str, Any]:
+    return summary(value, (value * 0.95, value * 1.05), 0.97, 0.91)
+
+
+def test_the_noise_band_holds_its_false_alarm_rate_and_catches_a_real_increase() -> None:
+    """Seeded A/A: 2,000 gates of a candidate drawn from the baseline runs' own distribution
+    (lognormal run-to-run spread, 20% SD) against 3 and 5 replicated runs, a 0% allowance. The
+    one-sided 2.5% side of the 95% prediction interval must fail 1-4% of them — not 0 (a band
+    that cannot fail proves nothing) and not the 20-50% the per-run intervals gave; a 2x
+    regression fails a third of them with 3 baseline runs (t with 2 degrees of freedom is wide)
+    and more than half with 5."""
+    rng = np.random.default_rng(32)
+    rule = parse_rules({"rules": ["ttft_p99.interactive: no significant increase > 0%"]})
+    for k in (3, 5):
+        fails = doubled = 0
+        for _ in range(2000):
+            draws = np.exp(rng.normal(math.log(200.0), 0.2, k + 1))
+            bases = [_p99_summary(v) for v in draws[:k]]
+            results, _ = evaluate(rule, bases, _p99_summary(draws[k]))
+            fails += results[0].outcome == "fail"
+            results, _ = evaluate(rule, bases, _p99_summary(2 * draws[k]))
+            doubled += results[0].outcome == "fail"
+        assert 0.01 <= fails / 2000 <= 0.04, (k, fails)
+        assert doubled / 2000 >= (0.3 if k == 3 else 0.55), (k, doubled)
+
+
+def test_a_decrease_rule_uses_the_lower_side_of_the_band() -> None:
+    rule = parse_rules({"rules": ["slo_attainment.interactive: no significant decrease > 5%"]})
+    bases = [summary(200.0, (190.0, 210.0), a, 0.9) for a in (0.95, 0.96, 0.94)]
+    assert evaluate(rule, bases, summary(200.0, (190.0, 210.0), 0.5, 0.9))[0][0].outcome == "fail"
+    assert evaluate(rule, bases, summary(200.0, (190.0, 210.0), 0.95, 0.9))[0][0].outcome == "pass"

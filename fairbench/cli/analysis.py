@@ -684,8 +684,12 @@ def register_gate(app: typer.Typer) -> None:
         ],
         rules: Annotated[Path, typer.Option(help="rules file (YAML)", metavar="FILE")],
         baseline: Annotated[
-            Path | None,
-            typer.Option(help="baseline run directory or summary.json", metavar="RUN"),
+            list[Path] | None,
+            typer.Option(
+                help="baseline run directory, summary.json or directory of summaries; repeat "
+                "for replicated runs (relative rules need 3 or more)",
+                metavar="RUN",
+            ),
         ] = None,
         junit: Annotated[
             Path | None, typer.Option(help="write JUnit XML here", metavar="FILE")
@@ -704,6 +708,7 @@ def register_gate(app: typer.Typer) -> None:
             as_text,
             evaluate,
             exit_code,
+            load_baselines,
             load_rules,
             load_summary,
         )
@@ -711,7 +716,7 @@ def register_gate(app: typer.Typer) -> None:
         try:
             rule_list = load_rules(rules)
             cand = load_summary(candidate)
-            base = load_summary(baseline) if baseline is not None else None
+            base = load_baselines(baseline) if baseline else None
         except GateError as error:
             for line in error.lines:
                 err.print(

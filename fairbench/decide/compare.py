@@ -22,8 +22,17 @@ Timeline figures (service difference, Jain among the backlogged) cannot be resam
 request, so they take the t interval over pairs and need k ≥ 2.
 
 A quantile that is only a lower bound (unfinished requests; fairbench.analysis.censored) is
-compared as one: B's bound above A's value (past the threshold and A's interval) is `worse`,
-A's above B's is `better`, anything else `cannot evaluate` — a censored tail never wins.
+compared as one, and a bound above the other arm's value is still evidence. With k ≥ 2 pairs
+the bounds enter the per-pair changes as values: where only B is bounded every change is at
+least what it shows, so only the interval's low end is kept (one-sided, `ci_high` open) and
+only `worse` (for a lower-is-better figure) can be shown; where only A is bounded, mirrored;
+pairs without a bound simply contribute their change (mixed pairs are fine). Bounds on both
+sides are `cannot evaluate`. One deterministic pair: B's bound above A's value (past the
+threshold and A's interval) is `worse`, A's above B's `better`. A censored tail never wins.
+
+Too little data is said, not judged: a request-level row needs MIN_PER_ARM observations in
+each arm of every pair, and the one-pair block bootstrap needs MIN_BLOCKS time blocks (with
+k ≥ 2 pairs and fewer blocks, the t interval over pairs alone is used).
 
 Verdict per row: `better` or `worse` when the interval excludes 0 *and* the change exceeds the
 metric's practical threshold (printed with each row); otherwise `no significant change`. An
@@ -49,6 +58,8 @@ from fairbench.analysis.columns import Cols
 from fairbench.analysis.registry import Metric, Name
 
 CHECKED_METADATA = ("plan_digest", "scenario", "schema_version")
+MIN_PER_ARM = 20  # observations of a row's group in each arm below which no verdict is called
+MIN_BLOCKS = 10  # time blocks a block bootstrap needs (fewer: its percentiles are a few values)
 
 # Rows compared by default: the headline set per group, and a few more overall.
 OVERALL = (
@@ -246,24 +257,60 @@ def _bound_verdict(
     names: dict[str, list[str]],
     confidence: float,
 ) -> tuple[str, str]:
-    """The verdict when some value is only a lower bound: each pair must say the same."""
+    """One deterministic pair with a lower bound: the bound must clear the other arm's value
+    by the threshold and the other arm's own interval."""
     metric = name.metric
-    words = set()
-    for pair, (a, a_bound, b, b_bound) in zip(pairs, values, strict=True):
-        if a_bound and b_bound:
-            words.add("cannot evaluate")
-        elif b_bound:  # B ≥ b
-            far = b > a * (1 + metric.threshold) and b > _upper(name, pair.a, names, confidence)
-            words.add("worse" if far and metric.better == "lower" else "cannot evaluate")
-        else:  # A ≥ a
-            far = a > b * (1 + metric.threshold) and a > _upper(name, pair.b, names, confidence)
-            words.add("better" if far and metric.better == "lower" else "cannot evaluate")
-    word = words.pop() if len(words) == 1 else "cannot evaluate"
-    which = "B" if any(v[3] for v in values) else "A"
+    (pair,) = pairs
+    ((a, a_bound, b, b_bound),) = values
+    word = "cannot evaluate"
+    b_clears = b > a * (1 + metric.threshold) and b > _upper(name, pair.a, names, confidence)
+    a_clears = a > b * (1 + metric.threshold) and a > _upper(name, pair.b, names, confidence)
+    if b_bound and not a_bound and b_clears:  # B ≥ b
+        word = "worse" if metric.better == "lower" else "better"
+    elif a_bound and not b_bound and a_clears:  # A ≥ a
+        word = "better" if metric.better == "lower" else "worse"
+    which = "A and B" if a_bound and b_bound else "B" if b_bound else "A"
     reason = f"{which}'s value is a lower bound (unfinished requests)"
     if word == "cannot evaluate":
         reason += ": it does not clear the other arm's value, so no direction is known"
     return word, reason
+
+
+def _bound_pairs(
+    metric: Metric, diffs: np.ndarray, a_side: bool, b_side: bool, confidence: float
+) -> tuple[float, float, float, str, str]:
+    """k ≥ 2 pairs where some values are lower bounds: (low, high, p, verdict, reason) from the
+    t interval over the per-pair changes with the bounds taken as values, one-sided."""
+    if a_side and b_side:
+        return (
+            math.nan,
+            math.nan,
+            math.nan,
+            "cannot evaluate",
+            "values are lower bounds in both arms (unfinished requests): no direction is known",
+        )
+    low, high, p = _t_interval(diffs, confidence)
+    point = float(diffs.mean())
+    which = "B" if b_side else "A"
+    reason = f"{which}'s value is a lower bound in some pairs (unfinished requests): one-sided"
+    if b_side:  # every true change is at least the one shown
+        high, shown = math.inf, low > 0 and point >= metric.threshold
+        word = ("worse" if metric.better == "lower" else "better") if shown else ""
+    else:  # every true change is at most the one shown
+        low, shown = -math.inf, high < 0 and -point >= metric.threshold
+        word = ("better" if metric.better == "lower" else "worse") if shown else ""
+    if not word:
+        word = "cannot evaluate"
+        reason += "; the bound does not clear the other arm's values, so no direction is known"
+    return low, high, p, word, reason
+
+
+def _group_size(name: Name, c: Cols, names: dict[str, list[str]]) -> int:
+    """Observations behind a request-level row in one arm: its latency's, or its group's."""
+    mask = _mask(c, name, names)
+    if name.metric.latency is not None:
+        return len(c.obs(name.metric.latency[0], mask))
+    return len(c) if mask is None else int(np.count_nonzero(mask))
 
 
 def _t_interval(diffs: np.ndarray, confidence: float) -> tuple[float, float, float]:
@@ -335,7 +382,9 @@ def compare_pairs(
         pairs.append(_Pair(ca, cb, a.summary, b.summary, members))
     k = len(pairs)
     comparison = Comparison(k, deterministic and k == 1, confidence)
-    resampled = [n for n in rows if n.metric.compute is not None] if pairs[0].blocks else []
+    few_blocks = min(len(p.blocks) for p in pairs)
+    enough = few_blocks >= MIN_BLOCKS
+    resampled = [n for n in rows if n.metric.compute is not None] if enough else []
     draws = _bootstrap(resampled, pairs, names, resamples, seed) if resampled else None
     for name in rows:
         metric = name.metric
@@ -370,8 +419,32 @@ def compare_pairs(
         if not (np.all(np.isfinite(a_runs)) and np.all(np.isfinite(b_runs))):
             verdict.reason = "no value in at least one run"
             continue
-        if a_bound or b_bound:
+        if metric.compute is not None:
+            small = min(
+                min(_group_size(name, p.a, names), _group_size(name, p.b, names)) for p in pairs
+            )
+            if small < MIN_PER_ARM:
+                verdict.reason = (
+                    f"too few requests: {small} in an arm (a verdict needs ≥ {MIN_PER_ARM} "
+                    "per arm); run longer or at a higher rate"
+                )
+                continue
+        if k == 1 and not deterministic and (a_bound or b_bound):
+            verdict.verdict = "inconclusive"
+            verdict.reason = (
+                "one pair cannot see run-to-run noise (see the design line); a value is only a "
+                "lower bound (unfinished requests)"
+            )
+            continue
+        if (a_bound or b_bound) and k == 1:
             verdict.verdict, verdict.reason = _bound_verdict(name, pairs, values, names, confidence)
+            continue
+        if a_bound or b_bound:
+            a_side = any(v[1] for v in values)
+            b_side = any(v[3] for v in values)
+            low, high, p, word, reason = _bound_pairs(metric, diffs, a_side, b_side, confidence)
+            verdict.ci_low, verdict.ci_high, verdict.p_value = low, high, p
+            verdict.verdict, verdict.reason = word, reason
             continue
         if not np.all(np.isfinite(diffs)):
             verdict.reason = "A's value is 0: a relative change is undefined"
@@ -390,6 +463,15 @@ def compare_pairs(
             p = t_p if math.isnan(p) else max(p, t_p)
         elif metric.compute is None:
             verdict.reason = "a timeline figure needs 2 or more pairs for an interval"
+            continue
+        elif not enough:
+            verdict.reason = (
+                f"the run has {few_blocks} time blocks of {block_s:g} s; a block bootstrap needs "
+                f"≥ {MIN_BLOCKS} (a measurement window of ≥ {MIN_BLOCKS * block_s:g} s) or "
+                "2 or more pairs"
+            )
+            if not deterministic:
+                verdict.verdict = "inconclusive"
             continue
         low, high = min(low, point), max(high, point)  # the estimate always lies inside
         verdict.ci_low, verdict.ci_high, verdict.p_value = low, high, p

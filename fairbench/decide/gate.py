@@ -11,10 +11,17 @@ Rules file:
       - "goodput: no significant decrease > 10%"
 
 Absolute rules compare a candidate figure with a number (or true/false). Relative rules compare
-with the baseline *statistically*: a figure fails only if its 95% confidence intervals in the
-two runs do not overlap (the change is significant) and the change exceeds the stated size — so
-noise cannot fail the gate, and a real regression does. Figures are named as the registry names
-them (fairbench.analysis.registry: `ttft_p99`, `ttft_p99.tenant.support-bot`,
+with the baseline against *run-to-run noise*: the baseline is several replicated runs of the
+trusted configuration (different seeds; `--baseline` repeated, or a directory of summaries), and
+a figure fails only when the candidate lies outside the baseline runs' 95% prediction interval
+(Student t with k − 1 degrees of freedom on the runs' log values: mean ± t · SD · √(1 + 1/k)) in
+the rule's direction *and* the change against the baseline's geometric mean exceeds the stated
+size. With m relative rules each band is at 1 − 5%/m (Bonferroni), so pure noise fails a gate
+at most 2.5% of the time (one side of each band). Each run's own interval says nothing about
+the next run (12 seeds of one configuration, every ordered pair, failed 26–64 of 132 pairs on
+them), so a relative rule with fewer than MIN_BASELINE_RUNS baseline runs — or runs that do not
+vary, copies of one seed — is `cannot evaluate`, naming what would do. Figures are named as the
+registry names them (fairbench.analysis.registry: `ttft_p99`, `ttft_p99.tenant.support-bot`,
 `slo_attainment.class.interactive` or `slo_attainment.interactive`, `service_difference`, …;
 `fairbench metrics` lists them) or by a dotted path into summary.json. An unknown name is a
 one-line error with a did-you-mean, before anything is evaluated.
@@ -26,7 +33,7 @@ latency ceiling.
 
 Exit codes: 0 every rule passed; 1 a rule failed (a regression); 2 the gate could not be
 evaluated — an INVALID candidate or baseline, a baseline of another scenario or plan shape,
-a missing figure, a relative rule on a figure without a confidence interval — with the reason.
+a missing figure, a relative rule without a replicated baseline — with the reason.
 """
 
 from __future__ import annotations
@@ -39,6 +46,8 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from scipy import stats as sps
 
 from fairbench.analysis import registry
 from fairbench.analysis.registry import MetricError, metric_value
@@ -59,6 +68,12 @@ _OPS = {
     ">": lambda a, b: a > b,
     "<": lambda a, b: a < b,
 }
+
+
+MIN_BASELINE_RUNS = 3  # the fewest replicated baseline runs a relative rule is judged on
+# The noise band's level for one relative rule; with m relative rules each band is at
+# 1 − 5%/m (Bonferroni), and a rule looks at one side, so noise fails a gate ≤ 2.5% of the time.
+CONFIDENCE = 0.95
 
 
 class GateError(Exception):
@@ -183,28 +198,99 @@ def load_summary(path: Path) -> dict[str, Any]:
     return data
 
 
-def _ci(summary: dict[str, Any], name: str) -> tuple[float, float] | None:
-    """The 95% CI of a figure: the registry entry's, or for a dotted latency path
-    (`<group...>.latency_ms.<lat>.<pNN>`) the one recorded beside it."""
-    if registry.parse_name(name) is not None:
-        entry = registry.metric_entry(summary, name) or {}
-        low, high = entry.get("ci_low"), entry.get("ci_high")
-        if low is None:
-            return None
-        return float(low), math.inf if high is None else float(high)
-    parts = name.split(".")
-    if "latency_ms" not in parts or len(parts) < parts.index("latency_ms") + 3:
-        return None
-    k = parts.index("latency_ms")
-    node: Any = summary
-    for key in [*parts[:k], "latency_ci_ms", *parts[k + 1 :]]:
-        if not isinstance(node, dict) or key not in node:
-            return None
-        node = node[key]
-    low, high = node.get("ci_low"), node.get("ci_high")
-    if low is None:
-        return None
-    return float(low), math.inf if high is None else float(high)
+def load_baselines(paths: list[Path]) -> list[dict[str, Any]]:
+    """Replicated baseline runs: each path a run directory, a summary.json, or a directory of
+    them (its `*.json` files and the run directories under it, in name order)."""
+    summaries = []
+    for path in paths:
+        if path.is_dir() and not (path / "summary.json").exists():
+            found = sorted(
+                [f for f in path.glob("*.json") if f.is_file()]
+                + [d for d in path.iterdir() if (d / "summary.json").is_file()]
+            )
+            if not found:
+                raise GateError(
+                    [f"{path}: no run directory, summary.json or directory of summaries here"]
+                )
+            summaries += [load_summary(f) for f in found]
+        else:
+            summaries.append(load_summary(path))
+    return summaries
+
+
+def noise_band(values: list[float], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+    """(centre, low, high) of where one more run of the baseline's configuration falls: the
+    geometric mean of the replicated runs and their prediction interval, Student t with k − 1
+    degrees of freedom on log values (latencies and rates are right-skewed and their run-to-run
+    spread scales with them): exp(m ± t · s · √(1 + 1/k)). Needs k ≥ 2 positive values."""
+    logs = [math.log(v) for v in values]
+    k = len(logs)
+    mean = sum(logs) / k
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (k - 1))
+    half = float(sps.t.ppf(0.5 + confidence / 2, k - 1)) * sd * math.sqrt(1 + 1 / k)
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+
+
+def _relative(
+    rule: Rule, cand: float, shown: str, bound: bool, bases: list[dict[str, Any]], level: float
+) -> Result:
+    """A relative rule against replicated baseline runs (see the module docstring), its band
+    at `level` (two-sided; the rule looks at one side)."""
+    k = len(bases)
+    values = [_value(b, rule.metric) for b in bases]
+    if any(v is None or isinstance(v, bool) for v in values):
+        return Result(rule, "error", shown, "-", "no such figure in every baseline run")
+    if any(_bound(b, rule.metric) for b in bases):
+        return Result(
+            rule,
+            "error",
+            shown,
+            "-",
+            "a baseline value is only a lower bound: no change can be measured against it "
+            "(regenerate the baseline with fewer unfinished requests)",
+        )
+    base_values = [float(v) for v in values]  # type: ignore[arg-type]
+    if k < MIN_BASELINE_RUNS:
+        return Result(
+            rule,
+            "error",
+            shown,
+            _fmt(base_values[0]) if k == 1 else "-",
+            f"baseline has {k} run{'s' if k != 1 else ''}: run-to-run noise needs "
+            f"≥ {MIN_BASELINE_RUNS} replicated runs (repeat --baseline with runs of other "
+            "seeds) or `fairbench ab`",
+        )
+    if min(base_values) <= 0 or not cand > 0:
+        return Result(
+            rule, "error", shown, "-", "a relative rule needs positive values in every run"
+        )
+    if len(set(base_values)) == 1:
+        return Result(
+            rule,
+            "error",
+            shown,
+            _fmt(base_values[0]),
+            f"the {k} baseline runs are identical (copies of one seed?): they show no "
+            "run-to-run noise; replicate with other seeds",
+        )
+    centre, low, high = noise_band(base_values, level)
+    change = cand / centre - 1
+    if rule.direction == "increase":
+        outside, big = cand > high, change > rule.threshold
+    else:
+        outside, big = cand < low, -change > rule.threshold
+    detail = (
+        f"{change:+.1%} vs {k} runs' geometric mean; noise band {_fmt(low)}..{_fmt(high)} "
+        f"({100 * level:.3g}% prediction, t on log values)"
+    )
+    base_shown = f"{_fmt(centre)} ({k} runs)"
+    if outside and big:
+        return Result(rule, "fail", shown, base_shown, detail)
+    if bound and rule.direction == "increase":
+        detail += "; the candidate's value is only a lower bound (unfinished requests)"
+        return Result(rule, "fail", shown, base_shown, detail)
+    detail += " (within noise)" if not outside else " (within the allowance)"
+    return Result(rule, "pass", shown, base_shown, detail)
 
 
 def _bound(summary: dict[str, Any], name: str) -> bool:
@@ -240,26 +326,30 @@ def _fmt(value: float | bool | None) -> str:
 
 
 def evaluate(
-    rules: list[Rule], baseline: dict[str, Any] | None, candidate: dict[str, Any]
+    rules: list[Rule],
+    baseline: dict[str, Any] | list[dict[str, Any]] | None,
+    candidate: dict[str, Any],
 ) -> tuple[list[Result], str | None]:
-    """Results per rule, and a reason the whole gate cannot be evaluated (or None)."""
+    """Results per rule, and a reason the whole gate cannot be evaluated (or None). The
+    baseline is one summary or several replicated runs of the trusted configuration."""
+    bases = [] if baseline is None else [baseline] if isinstance(baseline, dict) else baseline
     blocker = None
-    if baseline is not None:
+    for base in bases:
         for key in ("scenario", "schema_version"):
-            if baseline.get(key) != candidate.get(key):
+            if base.get(key) != candidate.get(key):
                 blocker = (
-                    f"baseline and candidate differ in {key}: {baseline.get(key)!r} vs "
+                    f"baseline and candidate differ in {key}: {base.get(key)!r} vs "
                     f"{candidate.get(key)!r}"
                 )
-        if not baseline.get("valid", False):
-            blocker = "the baseline run is INVALID: " + "; ".join(
-                baseline.get("invalid_reasons", [])
-            )
+        if not base.get("valid", False):
+            blocker = "the baseline run is INVALID: " + "; ".join(base.get("invalid_reasons", []))
     if not candidate.get("valid", False):
         blocker = "the candidate run is INVALID: " + "; ".join(
             candidate.get("invalid_reasons", []) or ["no reason recorded"]
         )
     results = []
+    relative = sum(isinstance(r, Rule) and r.relative for r in rules)
+    level = 1 - (1 - CONFIDENCE) / max(relative, 1)  # Bonferroni over the relative rules
     for rule in rules:
         if isinstance(rule, drift_rule.DriftRule):
             outcome, shown, detail = drift_rule.evaluate(rule)
@@ -287,53 +377,10 @@ def evaluate(
                 detail += "show the rule holds"
             results.append(Result(rule, "pass" if ok else "fail", shown, detail=detail))
             continue
-        if baseline is None:
+        if not bases:
             results.append(Result(rule, "error", _fmt(cand), detail="needs --baseline"))
             continue
-        base = _value(baseline, rule.metric)
-        ci_c, ci_b = _ci(candidate, rule.metric), _ci(baseline, rule.metric)
-        if base is None or ci_c is None or ci_b is None or not base:
-            results.append(
-                Result(
-                    rule,
-                    "error",
-                    _fmt(cand),
-                    _fmt(base),
-                    "a relative rule needs the figure and its confidence interval "
-                    "in both runs (latency percentiles have them)",
-                )
-            )
-            continue
-        if _bound(baseline, rule.metric):
-            results.append(
-                Result(
-                    rule,
-                    "error",
-                    shown,
-                    "≥ " + _fmt(base),
-                    "the baseline's value is only a lower bound: no change can be measured "
-                    "against it (regenerate the baseline with fewer unfinished requests)",
-                )
-            )
-            continue
-        change = (cand - base) / base
-        if rule.direction == "increase":
-            significant, big = ci_c[0] > ci_b[1], change > rule.threshold
-        else:
-            significant, big = ci_c[1] < ci_b[0], -change > rule.threshold
-        detail = (
-            f"{change:+.1%}; CI {_fmt(ci_c[0])}..{_fmt(ci_c[1])} vs "
-            f"{_fmt(ci_b[0])}..{_fmt(ci_b[1])}"
-        )
-        if significant and big:
-            outcome = "fail"
-        elif bound and rule.direction == "increase":
-            outcome = "fail"
-            detail += "; the candidate's value is only a lower bound (unfinished requests)"
-        else:
-            outcome = "pass"
-            detail += " (no significant change)" if not significant else " (within the allowance)"
-        results.append(Result(rule, outcome, shown, _fmt(base), detail))
+        results.append(_relative(rule, float(cand), shown, bound, bases, level))
     return results, blocker
 
 
