@@ -106,7 +106,11 @@ def register(app: typer.Typer) -> None:
     @history.command("import")
     def import_(
         export: Annotated[
-            Path, typer.Argument(help="a Prometheus range-query JSON export", metavar="FILE")
+            list[Path],
+            typer.Argument(
+                help="a Prometheus range-query JSON export, or text scrape files",
+                metavar="FILE",
+            ),
         ],
         db: Annotated[Path, typer.Option(help=DB_HELP, metavar="FILE")] = Path(
             "reports/history.duckdb"
