@@ -161,7 +161,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """One metric over time: points, rolling figure, drift, queue ratios, change points."""
         from fairbench.history.errors import HistoryError
-        from fairbench.history.view import history_view
+        from fairbench.history.view import as_json, history_view
         from fairbench.history.windows import parse_window
 
         try:
@@ -175,7 +175,7 @@ def register(app: typer.Typer) -> None:
 
             write_history_page(html, view)
         if as_json:
-            sys.stdout.write(json.dumps(view, indent=2) + "\n")
+            sys.stdout.write(json.dumps(as_json(view), indent=2) + "\n")
             return
         out = Console(width=None if sys.stdout.isatty() else 160)
         for line in _table(view):

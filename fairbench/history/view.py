@@ -115,3 +115,33 @@ def history_view(
         "drift": trends.drift(points, window_s, baseline_s),
         "queue": _queue(db, scenario, window_s, baseline_s),
     }
+
+
+def as_json(view: dict[str, Any]) -> dict[str, Any]:
+    """What `history show --json` prints: exactly the issue's shape, `{"metric", "points":
+    [{"run", "time", "value", "ci_low", "ci_high"}], "change_points": [{"run", "time", "ci"}],
+    "drift": {...}}`. Everything else the view holds rides inside `drift` (its figures and
+    method, plus `group`, `scenario`, `queue`, `rolling`, `lower_bound_runs` — the runs whose
+    value is only a lower bound, a censored tail — and `change_point_method` with each change's
+    `shift` and run interval), so a reader keyed on the shape gets it and loses nothing."""
+    keep = ("run", "time", "value", "ci_low", "ci_high")
+    return {
+        "metric": view["metric"],
+        "points": [{k: p[k] for k in keep} for p in view["points"]],
+        "change_points": [
+            {"run": c["run"], "time": c["time"], "ci": c["ci"]} for c in view["change_points"]
+        ],
+        "drift": {
+            **view["drift"],
+            "group": view["group"],
+            "scenario": view["scenario"],
+            "lower_bound_runs": [p["run"] for p in view["points"] if p["lower_bound"]],
+            "queue": view["queue"],
+            "rolling": view["rolling"],
+            "change_point_method": view["change_point_method"],
+            "change_point_details": [
+                {"run": c["run"], "ci_runs": c["ci_runs"], "shift": c["shift"]}
+                for c in view["change_points"]
+            ],
+        },
+    }
