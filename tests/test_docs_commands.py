@@ -92,6 +92,7 @@ SKIPPED: dict[str, str] = {
     "python benchmarks/bench_report.py": BENCHMARK,
     "python benchmarks/bench_reliability.py": BENCHMARK,
     "python benchmarks/bench_gateway.py": BENCHMARK,
+    "python benchmarks/bench_aa.py": BENCHMARK,
     "fairbench run scenarios/vllm-priority.yaml --target-url http://HOST:8000 --out reports/fcfs": (
         VLLM_AB
     ),

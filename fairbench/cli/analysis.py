@@ -161,6 +161,44 @@ def _compared_dirs(paths: list[Path]) -> list[Path]:
     return [run_dir(p, "summary.json", "records.parquet", "scenario.yaml") for p in paths]
 
 
+def detect_change(text: str, width: float | None, iterations: int) -> float:
+    """--detect PCT as a fraction, after the checks that need no run."""
+    from fairbench.decide.power import PowerError, parse_change
+
+    if width is not None:
+        raise UsageFailure("--detect and --precision: choose one stopping rule")
+    if iterations < 2:
+        raise UsageFailure(f"--detect needs 2 or more pilot pairs; got {iterations}")
+    try:
+        return parse_change(text)
+    except PowerError as error:
+        raise UsageFailure(str(error)) from None
+
+
+def compare_power(comparison: Comparison, metric: str, change: float, window_s: float) -> Any:
+    """compare --detect: the power plan from the pairs given (a usage error if it has none)."""
+    from fairbench.decide.power import PowerError, from_comparison
+
+    try:
+        return from_comparison(comparison, metric, change, window_s)
+    except PowerError as error:
+        raise UsageFailure(f"--detect: {error}") from None
+
+
+def detect_step(
+    comparison: Comparison, metric: str, change: float, scn: Any, limit: int
+) -> tuple[Any, str | None]:
+    """The power plan after the pairs run so far, and why to stop (None: one pair more)."""
+    from fairbench.decide.power import PowerError, from_comparison, stop_reason
+
+    window = (scn.run.duration or 0) - scn.run.warmup - scn.run.cooldown
+    try:
+        found = from_comparison(comparison, metric, change, window)
+    except PowerError as error:
+        return None, f"{metric}: no power calculation: {error}"
+    return found, stop_reason(found, limit)
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def compare(
@@ -181,6 +219,17 @@ def register(app: typer.Typer) -> None:
         resamples: RESAMPLES = 1000,
         confidence: CONFIDENCE = "95",
         as_json: Annotated[bool, typer.Option("--json", help="print the verdicts as JSON")] = False,
+        detect: Annotated[
+            str | None,
+            typer.Option(
+                help="power: how many pairs detect a relative change of PCT in --metric (80% "
+                "power), from the pairs given (2 or more)",
+                metavar="PCT",
+            ),
+        ] = None,
+        metric: Annotated[
+            str, typer.Option(help="the metric --detect watches", metavar="NAME")
+        ] = "ttft_p99",
     ) -> None:
         """Paired A/B verdicts for runs that replayed the same plan (pairs matched by plan
         digest)."""
@@ -198,6 +247,7 @@ def register(app: typer.Typer) -> None:
         if not a_dirs or not b_dirs:
             raise UsageFailure("compare: nothing to compare; give RUN_A RUN_B (or --a RUN --b RUN)")
         a_dirs, b_dirs = _compared_dirs(a_dirs), _compared_dirs(b_dirs)
+        change = None if detect is None else detect_change(detect, None, len(a_dirs))
         from fairbench.decide.compare import CompareRefused, compare_dirs  # after the checks
 
         try:
@@ -205,11 +255,19 @@ def register(app: typer.Typer) -> None:
         except CompareRefused as error:
             raise UsageFailure(f"cannot compare: {error}") from None
         note = design_note(comparison, COMPARE_ADVICE)
+        found = None
+        if change is not None:
+            lo, hi = json.loads((a_dirs[0] / "summary.json").read_text())["window_s"]
+            found = compare_power(comparison, metric, change, hi - lo)
         if as_json:
             payload = {**comparison.as_dict(), "design": note, "confidence": level}
+            if found is not None:
+                payload["power"] = found.as_dict()
             sys.stdout.write(json.dumps(payload, indent=2) + "\n")
         else:
             out.print(verdict_table(comparison, "B vs A", level, note))
+            if found is not None:
+                out.print(found.sentence(), markup=False, highlight=False)
 
     @app.command()
     def ab(
@@ -228,7 +286,8 @@ def register(app: typer.Typer) -> None:
             typer.Option("--b", help="PATH=VALUE for arm B (repeat), as --a", metavar="PATH=VALUE"),
         ],
         iterations: Annotated[
-            int, typer.Option(min=1, help="pairs of runs (without --precision)", metavar="N")
+            int,
+            typer.Option(min=1, help="pairs of runs (with --detect: the pilot pairs)", metavar="N"),
         ] = 3,
         confidence: CONFIDENCE = "95",
         precision: Annotated[
@@ -240,11 +299,22 @@ def register(app: typer.Typer) -> None:
                 min=0.01,
             ),
         ] = None,
+        detect: Annotated[
+            str | None,
+            typer.Option(
+                help="power: from the pilot pairs, how many pairs detect a relative change of "
+                "PCT in --metric (80% power) — and add pairs until reached, or --max-iterations",
+                metavar="PCT",
+            ),
+        ] = None,
         metric: Annotated[
-            str, typer.Option(help="the metric --precision watches", metavar="NAME")
+            str, typer.Option(help="the metric --precision or --detect watches", metavar="NAME")
         ] = "ttft_p99",
         max_iterations: Annotated[
-            int, typer.Option(min=1, help="most pairs of runs with --precision", metavar="N")
+            int,
+            typer.Option(
+                min=1, help="most pairs of runs with --precision or --detect", metavar="N"
+            ),
         ] = 10,
         out_dir: Annotated[
             Path | None,
@@ -280,7 +350,8 @@ def register(app: typer.Typer) -> None:
                 "target, tenant weights), not what makes them (workloads, arrivals, run)"
             )
         width = None if precision is None else precision / 100
-        if width is not None:
+        change = None if detect is None else detect_change(detect, width, iterations)
+        if width is not None or change is not None:
             rows = default_rows(list(arms["A"].slo_classes), [t.id for t in arms["A"].tenants])
             known = [str(r) for r in rows]
             if metric not in known:
@@ -296,7 +367,9 @@ def register(app: typer.Typer) -> None:
         i = 0
         comparison: Comparison | None = None
         why = "the planned iterations ran"
-        limit = max_iterations if width is not None else iterations
+        limit = max(max_iterations, iterations) if change is not None else iterations
+        limit = max_iterations if width is not None else limit
+        power_plan = None
         with runner, points_bar(f"A/B of {file.name}") as (console, advance):
 
             def done(result: PointResult, finished: int, total: int) -> None:
@@ -309,7 +382,7 @@ def register(app: typer.Typer) -> None:
             while i < limit:
                 # without --precision every pair at once (a runner may run them together);
                 # with it, one pair more until the interval is narrow enough
-                pairs = range(i, iterations if width is None else i + 1)
+                pairs = range(i, iterations if width is None and i == 0 else i + 1)
                 arms_run = [a for k in pairs for a in (("A", "B") if k % 2 == 0 else ("B", "A"))]
                 keys = [k for k in pairs for _ in range(2)]
                 jobs = [
@@ -335,6 +408,12 @@ def register(app: typer.Typer) -> None:
                 except CompareRefused as error:
                     err.print(f"cannot compare: {error}", markup=False, highlight=False)
                     raise typer.Exit(1) from None  # a measured failure: an arm ran INVALID
+                if change is not None:
+                    power_plan, stop = detect_step(comparison, metric, change, arms["A"], limit)
+                    why = stop or why
+                    if stop:
+                        break
+                    continue
                 if width is None:
                     break
                 target = next((v for v in comparison.verdicts if v.metric == metric), None)
@@ -352,6 +431,7 @@ def register(app: typer.Typer) -> None:
                 "design": note,
                 "confidence": level,
                 "stopped": why,
+                **({"power": power_plan.as_dict()} if power_plan is not None else {}),
                 "a": [str(p) for p in dirs["A"]],
                 "b": [str(p) for p in dirs["B"]],
             },
