@@ -6,7 +6,6 @@ the drift rule must fail the gate; the days before it alone must not."""
 
 from __future__ import annotations
 
-import copy
 import datetime as dt
 import json
 from pathlib import Path
@@ -23,14 +22,18 @@ CAUSE_DAY = 7
 
 
 def _scenario(day: int) -> object:
+    """The day's scenario, through the overrides `fairbench run --set` applies."""
+    from fairbench.cli.inputs import apply_overrides
     from fairbench.workload.scenario import parse_scenario
 
     data = yaml.safe_load((REPO / "scenarios/incident-fifo.yaml").read_text(encoding="utf-8"))
-    data = copy.deepcopy(data)
-    data["run"] = {"duration": "30s", "warmup": "2s", "cooldown": "2s", "seed": 100 + day}
-    data["tenants"][0]["phases"] = []  # the burst is not the cause here
+    sets = [
+        f"run={{duration: 30s, warmup: 2s, cooldown: 2s, seed: {100 + day}}}",
+        "tenants.vip.phases=[]",  # the burst is not the cause here
+    ]
     if day >= CAUSE_DAY:
-        data["tenants"][2]["arrival"]["rate"] = "2.5/s"
+        sets.append("tenants.reports.arrival.rate=2.5/s")  # the cause, switched on
+    data, _ = apply_overrides(data, sets, "--set")
     return parse_scenario(data)
 
 
