@@ -110,7 +110,8 @@ def history_view(
         ],
         "change_point_method": (
             "ruptures PELT, l2 cost on log values; penalty σ̂²·c_n for a 5% false-alarm rate "
-            "per stationary series; 95% location interval from the likelihood-ratio profile"
+            "per stationary series; 95% location interval: the likelihood-ratio region joined "
+            "with a residual bootstrap of the split"
         ),
         "drift": trends.drift(points, window_s, baseline_s),
         "queue": _queue(db, scenario, window_s, baseline_s),
