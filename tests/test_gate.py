@@ -237,3 +237,54 @@ def test_a_decrease_rule_uses_the_lower_side_of_the_band() -> None:
     bases = [summary(200.0, (190.0, 210.0), a, 0.9) for a in (0.95, 0.96, 0.94)]
     assert evaluate(rule, bases, summary(200.0, (190.0, 210.0), 0.5, 0.9))[0][0].outcome == "fail"
     assert evaluate(rule, bases, summary(200.0, (190.0, 210.0), 0.95, 0.9))[0][0].outcome == "pass"
+
+
+def _queue_summaries(tmp_path: Path, seeds: range, **scheduler: object) -> list[dict[str, Any]]:
+    """Simulated runs of the calibration queue (two tenants, 4/s each, 30 s), in this process."""
+    from fairbench.pipeline import run_scenario
+    from fairbench.run.rundir import RunOptions
+    from fairbench.workload import parse_scenario
+
+    data = yaml.safe_load((REPO / "scenarios" / "calibration" / "queue.yaml").read_text())
+    for tenant in data["tenants"]:
+        tenant["arrival"]["rate"] = "4/s"
+    data["run"].update(duration="30s", warmup="5s", cooldown="2s")
+    data["scheduler"].update(scheduler)
+    out = []
+    for seed in seeds:
+        data["run"]["seed"] = seed
+        run_dir = tmp_path / f"q-{seed}-{len(scheduler)}"
+        out.append(run_scenario(parse_scenario(data), RunOptions(out=run_dir, progress=False)))
+    return [o.summary for o in out]
+
+
+def test_real_runs_of_one_configuration_do_not_fail_and_a_slower_engine_does(
+    tmp_path: Path,
+) -> None:
+    """Seeded A/A on the simulator: 6 seeds of one configuration, each gated against every 3 of
+    the other 5 (60 gates, two relative rules at a 5% allowance): at most 5% fail. A slower
+    engine (4 batch slots instead of 16) fails every gate against the same baselines."""
+    import itertools
+
+    rules = parse_rules(
+        {
+            "rules": [
+                "ttft_p99: no significant increase > 5%",
+                "ttft_p99.tenant.a: no significant increase > 5%",
+            ]
+        }
+    )
+    same = _queue_summaries(tmp_path, range(401, 407))
+    slower = _queue_summaries(tmp_path, range(401, 403), max_num_seqs=4)
+    fails = gates = 0
+    for i, cand in enumerate(same):
+        for subset in itertools.combinations([j for j in range(6) if j != i], 3):
+            results, blocker = evaluate(rules, [same[j] for j in subset], cand)
+            assert blocker is None and all(r.outcome != "error" for r in results)
+            gates += 1
+            fails += exit_code(results, blocker) == 1
+    assert gates == 60 and fails <= 3, fails
+    for cand in slower:
+        for subset in itertools.combinations(range(6), 3):
+            results, blocker = evaluate(rules, [same[j] for j in subset], cand)
+            assert exit_code(results, blocker) == 1, as_text(results, blocker)
