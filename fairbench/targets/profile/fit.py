@@ -1,0 +1,193 @@
+"""The fit of the cost model's coefficients to the probe's observations.
+
+Pure numpy: imports only the values (model.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from fairbench.targets.profile.model import (
+    COEFFICIENTS,
+    Observation,
+    ProbeError,
+)
+from reference_scheduler.core.costmodel import Profile
+
+# ---------------------------------------------------------------- the fit
+
+
+def predict(obs: Sequence[Observation], x: np.ndarray, form: str = "max") -> np.ndarray:
+    """Milliseconds the coefficient vector `x` (COEFFICIENTS order) predicts per observation,
+    with the mixed step's `form` (costmodel's `mixed_step`: max or sum)."""
+    a, b, c, d, e, f, overhead = (float(v) for v in x)
+    prof = Profile("fit", a=a, b=b, c=c, d=d, e=e, f=f, kv_cache_tokens=1, mixed_step=form)
+    out = np.empty(len(obs))
+    for i, o in enumerate(obs):
+        ms = prof.step_ms(o.n, o.batch, o.context)
+        out[i] = ms + (overhead if o.kind == "prefill" else 0.0)
+    return out
+
+
+def _start(obs: Sequence[Observation]) -> np.ndarray:
+    """Linear fits of each phase: prefill ms on n (a + overhead, b), decode ms on B and C."""
+    pre = [o for o in obs if o.kind == "prefill"]
+    dec = [o for o in obs if o.kind == "decode"]
+    b, a0 = 0.01, 1.0
+    if len(pre) >= 2:
+        slope, icpt = np.polyfit([o.n for o in pre], [o.ms for o in pre], 1)
+        b, a0 = max(float(slope), 1e-6), max(float(icpt), 0.0)
+    d, e, f = 1.0, 0.01, 1e-5
+    if len(dec) >= 3:
+        A = np.array([[1.0, o.batch, o.context] for o in dec])
+        sol, *_ = np.linalg.lstsq(A, np.array([o.ms for o in dec]), rcond=None)
+        d, e, f = (max(float(v), 1e-6) for v in sol)
+    return np.array([a0 / 2, b, 1e-9, d, e, f, a0 / 2])
+
+
+@dataclass
+class Fit:
+    coefficients: dict[str, float]
+    stderr: dict[str, float]
+    residuals: list[dict[str, Any]]  # per design point: its median, the fit, the residual
+    rms_relative: float
+    form: str  # the mixed step's form the residuals chose (max | sum)
+    rms_by_form: dict[str, float]
+    n: int  # design points
+    raw: list[dict[str, Any]]  # every observation of every round
+    # the front end's core time per request, from the load phase (None: not probed)
+    front_end: dict[str, Any] | None = None
+    # what an idle engine takes to start, from the idle phase (None: not probed)
+    idle: dict[str, Any] | None = None
+
+    def summary(self) -> dict[str, Any]:
+        """What the profile's `fit:` block says of this fit (a probe's or a merge's)."""
+        return {
+            "overhead_ms": self.coefficients["overhead"],
+            **({"front_end": self.front_end} if self.front_end is not None else {}),
+            **({"idle": self.idle} if self.idle is not None else {}),
+            "stderr": self.stderr,
+            "rms_relative_residual": round(self.rms_relative, 4),
+            "mixed_step": f"{self.form}: the smaller RMS relative residual of the two forms "
+            f"({self.rms_by_form})",
+            "design_points": self.n,
+            "observations": len(self.raw),
+        }
+
+    def profile_fields(self) -> dict[str, float]:
+        """The profile's fields: the step coefficients, and the request overhead as
+        `request_overhead_ms` (the sim target adds it to each request's way in)."""
+        fields = {k: v for k, v in self.coefficients.items() if k != "overhead"}
+        fields["request_overhead_ms"] = self.coefficients["overhead"]
+        if self.front_end is not None:
+            fields["front_end_core_ms"] = self.front_end["core_ms"]
+        if self.idle is not None:
+            fields["idle_wake_ms"] = self.idle["wake_ms"]
+        return fields
+
+
+def row(o: Observation) -> dict[str, Any]:
+    """An observation as the profile's `fit.data` keeps it (`gap_ms` on load and idle rows
+    only, `prompts` on load rows only)."""
+    out = {**asdict(o), "ms": round(o.ms, 3)}
+    if o.kind in ("load", "idle"):
+        out["gap_ms"] = round(o.gap_ms, 3)
+    else:
+        del out["gap_ms"]
+    if o.kind == "load" and o.prompts:
+        out["prompts"] = list(o.prompts)
+    else:
+        del out["prompts"]
+    return out
+
+
+def medians(obs: Sequence[Observation]) -> list[Observation]:
+    """One observation per design point: the median over its repetitions (a late wake or a
+    neighbour's burst in one round does not move it)."""
+    groups: dict[str, list[Observation]] = {}
+    for o in obs:
+        groups.setdefault(o.key or f"{o.kind} {o.n} {o.batch} {o.context}", []).append(o)
+    out = []
+    for key, rows in groups.items():
+        med = lambda f, rows=rows: float(np.median([getattr(r, f) for r in rows]))  # noqa: E731
+        out.append(
+            Observation(
+                rows[0].kind,
+                round(med("n")),
+                rows[0].batch,
+                round(med("context")),
+                med("ms"),
+                key,
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The engine's limits the load phase's burst is simulated under."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    chunked_prefill: bool = True
+
+
+def fit_form(raw: Sequence[Observation], form: str) -> Fit:
+    """Least squares over the cost model's coefficients (and the request overhead), on the
+    median of each design point, with the mixed step's `form`."""
+    from scipy.optimize import least_squares
+
+    obs = medians(raw)
+    kinds = {o.kind for o in obs}
+    if not {"prefill", "decode"} <= kinds or len(obs) < len(COEFFICIENTS):
+        raise ProbeError(
+            f"too few observations to fit ({len(obs)}: {sorted(kinds)}); raise --budget"
+        )
+    y = np.array([o.ms for o in obs])
+    scale = np.array([max(v, 1e-3) for v in y])
+    x0 = _start(obs)
+    typical = np.maximum(np.abs(x0), 1e-6)
+
+    def residuals(u: np.ndarray) -> np.ndarray:
+        return (predict(obs, u * typical, form) - y) / scale
+
+    sol = least_squares(
+        residuals,
+        x0 / typical,
+        bounds=(0.0, np.inf),
+        loss="soft_l1",
+        f_scale=0.25,
+        diff_step=1e-3,
+        max_nfev=4000,
+    )
+    x = sol.x * typical
+    r = residuals(sol.x)
+    dof = max(1, len(obs) - len(COEFFICIENTS))
+    jac = sol.jac / typical  # d residual / d coefficient
+    try:
+        cov = np.linalg.pinv(jac.T @ jac) * float(r @ r) / dof
+        se = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+    except np.linalg.LinAlgError:
+        se = np.full(len(x), math.nan)
+    pred = predict(obs, x, form)
+    rows = [
+        {**row(o), "fit_ms": round(float(p), 3),
+         "residual_pct": round(100 * (float(p) - o.ms) / o.ms, 2) if o.ms > 0 else None,
+         "repeats": sum(1 for r in raw if r.key == o.key)}
+        for o, p in zip(obs, pred, strict=True)
+    ]  # fmt: skip
+    return Fit(
+        coefficients={k: float(f"{v:.4g}") for k, v in zip(COEFFICIENTS, x, strict=True)},
+        stderr={k: float(f"{v:.3g}") for k, v in zip(COEFFICIENTS, se, strict=True)},
+        residuals=rows,
+        rms_relative=float(np.sqrt(np.mean(((pred - y) / scale) ** 2))),
+        form=form,
+        rms_by_form={},
+        n=len(obs),
+        raw=[row(o) for o in raw],
+    )

@@ -1,0 +1,163 @@
+"""What the load phase measures beyond the fit (idle wake, burst makespan, front-end core),
+and `fit`, which joins them to the coefficients' fit.
+
+Pure functions of observations and a fit; imports fit.py and the values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from fairbench.targets.profile.fit import (
+    Fit,
+    Limits,
+    fit_form,
+    row,
+)
+from fairbench.targets.profile.model import (
+    Observation,
+)
+
+
+def _median_of(name: str, values: Sequence[float]) -> dict[str, Any]:
+    """A charge estimated per burst or pair: `name` the median at least 0 (a charge cannot be
+    negative; below-0 estimates are kept so the median is not biased up), with the median,
+    the median absolute deviation and the count."""
+    array = np.array(values, dtype=float)
+    middle = float(np.median(array))
+    return {
+        name: float(f"{max(0.0, middle):.4g}"),
+        "median_ms": round(middle, 4),
+        "mad_ms": round(float(np.median(np.abs(array - middle))), 4),
+        "observations": len(array),
+    }
+
+
+def idle_wake(idle: Sequence[Observation]) -> dict[str, Any]:
+    """What an engine that idled takes to start: per idle observation, the time to first token
+    of a request after the quiet less that of the same request at once (no model in it: the
+    two cost the same prefill); the median, at least 0, with the median absolute deviation."""
+    return {
+        **_median_of("wake_ms", [o.ms for o in idle]),
+        "after_quiet_ms": float(np.median([o.gap_ms for o in idle])),
+        "method": "per pair, the time to first token of a request after the quiet less that "
+        "of the same length sent at once; median over pairs, at least 0",
+    }
+
+
+def burst_makespan_ms(
+    the_fit: Fit, limits: Limits, o: Observation, front_end_ms: float
+) -> float | None:
+    """The simulated makespan of a load observation's burst: `o.batch` requests of `o.prompts`
+    (or, in profiles written before them, `o.n` each) prompt and `o.context` output tokens,
+    sent `o.gap_ms` apart from 0, each reaching the engine after
+    the fitted request overhead, through vLLM's FCFS scheduling on the fitted steps, with
+    `front_end_ms` charged per request that arrives while the engine runs others; None if the
+    simulated engine could not serve the burst (a prompt past its step budget, unchunked)."""
+    from reference_scheduler.core.job import Job
+    from reference_scheduler.drivers.virtual import simulate
+    from reference_scheduler.scheduler.config import parse_scheduler_config
+
+    c = the_fit.coefficients
+    profile = {
+        "name": "burst",
+        **{k: c[k] for k in "abcdef"},
+        "mixed_step": the_fit.form,
+        "front_end_core_ms": front_end_ms,
+        "kv_cache_tokens": 1 << 40,  # vLLM allocates as it goes; the burst is sized to fit
+        "max_num_seqs": limits.max_num_seqs,
+        "max_num_batched_tokens": limits.max_num_batched_tokens,
+        "chunked_prefill": limits.chunked_prefill,
+    }
+    config = parse_scheduler_config({"engine": "vllm", "policy": "fcfs", "profile": profile})
+    arrive, gap = c["overhead"] * 1e6, o.gap_ms * 1e6
+    prompts = o.prompts or (o.n,) * o.batch
+    jobs = [
+        Job(i, "load", "load", n, o.context, round(arrive + i * gap)) for i, n in enumerate(prompts)
+    ]
+    result = simulate(jobs, config)
+    if any(job.status != "finished" for job in result.jobs):
+        return None
+    return max(job.done_ns for job in result.jobs) / 1e6
+
+
+# Bounds of one burst's estimate (ms): below 0 it is noise (a burst faster than the fitted steps
+# alone), kept so that the median is not biased up but floored so one odd burst cannot outweigh
+# the others; at MOST_MS the search stops.
+LEAST_MS, MOST_MS = -4.0, 256.0
+
+
+def _charge_for(makespan: Callable[[float], float | None], measured: float) -> float | None:
+    """The charge (ms) at which `makespan(charge)` reaches `measured`, within [LEAST_MS,
+    MOST_MS]; None if the simulated burst cannot be served or no charge moves it (the
+    simulated engine never queued)."""
+    base, at4 = makespan(0.0), makespan(4.0)
+    if base is None or at4 is None or at4 <= base:
+        return None
+    if measured <= base:
+        return max(LEAST_MS, (measured - base) / ((at4 - base) / 4.0))
+    lo, hi, m = 0.0, 4.0, at4
+    while m is not None and m < measured:
+        lo, hi = hi, 2 * hi
+        if hi > MOST_MS:
+            return MOST_MS
+        m = makespan(hi)
+    for _ in range(14):
+        mid = (lo + hi) / 2
+        m = makespan(mid)
+        lo, hi = (mid, hi) if m is not None and m < measured else (lo, mid)
+    return (lo + hi) / 2
+
+
+def front_end_core(load: Sequence[Observation], the_fit: Fit, limits: Limits) -> dict[str, Any]:
+    """The core time one request's front end takes from a busy engine's steps: for each load
+    observation, the charge per arriving request that makes the simulated burst's makespan the
+    measured one, found by bisection (the makespan grows with the charge: every request after
+    the first arrives while the engine runs). A burst faster than the fitted steps alone gives
+    a negative estimate, by the slope between no charge and 4 ms (noise, kept so that the
+    median is not biased up); the median over observations, at least 0, with the median
+    absolute deviation beside it."""
+    estimates = []
+    for o in load:
+        estimate = _charge_for(lambda ms, o=o: burst_makespan_ms(the_fit, limits, o, ms), o.ms)
+        if estimate is not None:
+            estimates.append(estimate)
+    if not estimates:
+        return {
+            "core_ms": 0.0,
+            "median_ms": 0.0,
+            "mad_ms": 0.0,
+            "observations": 0,
+            "method": "no burst of the load phase kept the simulated engine busy",
+        }
+    return {
+        **_median_of("core_ms", estimates),
+        "method": "per request, what makes the load phase's burst, simulated with vLLM's "
+        "scheduling on the fitted steps, as long as it was measured; median over bursts, "
+        "at least 0",
+    }
+
+
+def fit(raw: Sequence[Observation], limits: Limits | None = None) -> Fit:
+    """Both forms of the mixed step fitted; the one with the smaller residuals is kept (a GPU
+    hides a prefill chunk in the decode step, a CPU adds it: the data say which). Then the
+    front end's core time, from the load phase's observations (`front_end_core`; `limits`
+    are the engine's, for simulating its bursts), and what an idle engine takes to start, from
+    the idle phase's (`idle_wake`). Observations of the front-end phase's first form (kind
+    `frontend`, in profiles written before the load phase) are not used."""
+    steps = [o for o in raw if o.kind not in ("frontend", "load", "idle")]
+    fits = {form: fit_form(steps, form) for form in ("max", "sum")}
+    best = min(fits.values(), key=lambda f: f.rms_relative)
+    best.rms_by_form = {form: round(f.rms_relative, 4) for form, f in fits.items()}
+    load = [o for o in raw if o.kind == "load"]
+    if load and limits is not None:
+        best.front_end = front_end_core(load, best, limits)
+        best.raw += [row(o) for o in load]
+    idle = [o for o in raw if o.kind == "idle"]
+    if idle:
+        best.idle = idle_wake(idle)
+        best.raw += [row(o) for o in idle]
+    return best
