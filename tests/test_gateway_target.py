@@ -37,6 +37,7 @@ from fairbench.workload.scenario import (
 from reference_scheduler.gateway.config import DispatchSpec, UpstreamSpec, parse_gateway_config
 from tests.cli import REPO, run_cli
 from tests.loopback import serve
+from tests.promtext import samples
 
 UPSTREAM_KEY = "sk-upstream-SECRET-4242"
 TENANT_KEY = "sk-tenant-SECRET-0042"
@@ -114,11 +115,7 @@ def served(url: str) -> float:
     """Requests the upstream has finished (its scheduler_requests_total, all labels)."""
     with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
         text = resp.read().decode()
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("scheduler_requests_total{")
-    )
+    return sum(samples(text, "scheduler_requests_total"))
 
 
 # ---------------------------------------------------------------- a run through the gateway

@@ -14,6 +14,7 @@ import json
 
 from reference_scheduler.server.app import serve
 from reference_scheduler.server.config import parse_server_config
+from tests.promtext import sample_sum
 
 CONFIG = {
     "model": "ref",
@@ -47,10 +48,7 @@ async def gauge(port: int, name: str) -> float:
     writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     text = (await reader.read()).decode()
     writer.close()
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise AssertionError(f"{name} not exported")
+    return sample_sum(text.split("\r\n\r\n", 1)[1], name)
 
 
 def test_a_queued_request_whose_client_leaves_is_cancelled_at_once() -> None:

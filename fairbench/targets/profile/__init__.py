@@ -119,7 +119,6 @@ from fairbench.targets.profile.client import (
 )
 from fairbench.targets.profile.detect import (
     _CACHE_INFO,
-    _LABEL,
     _int,
     apply_engine,
     cache_config,
@@ -194,7 +193,6 @@ __all__ = [
     "PROBE_BATCH_FROM_ENGINE",
     "REQUEST_TIMEOUT_S",
     "_CACHE_INFO",
-    "_LABEL",
     "Client",
     "EngineInfo",
     "Fit",

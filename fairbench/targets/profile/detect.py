@@ -7,7 +7,6 @@ the client and the values.
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Collection
 from typing import Any
 
@@ -23,14 +22,28 @@ from fairbench.targets.profile.model import (
     ProbeError,
 )
 
-_CACHE_INFO = re.compile(r"^vllm:cache_config_info\{([^}]*)\}", re.MULTILINE)
-_LABEL = re.compile(r'(\w+)="([^"]*)"')
+_CACHE_INFO = "vllm:cache_config_info"
 
 
 def cache_config(metrics_text: str) -> dict[str, str]:
-    """The labels of vLLM's `cache_config_info` gauge (empty for another engine)."""
-    found = _CACHE_INFO.search(metrics_text or "")
-    return dict(_LABEL.findall(found.group(1))) if found else {}
+    """The labels of vLLM's `cache_config_info` gauge (empty for another engine).
+
+    Read with prometheus_client's parser (the one reader of Prometheus text in fairbench), on
+    that gauge's first sample line alone, so a line of another metric the parser rejects does
+    not hide it."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    line = next(
+        (x for x in (metrics_text or "").splitlines() if x.startswith(_CACHE_INFO + "{")), None
+    )
+    if line is None:
+        return {}
+    try:
+        families = list(text_string_to_metric_families(line + "\n"))
+    except ValueError:
+        return {}
+    samples = [s for family in families for s in family.samples]
+    return dict(samples[0].labels) if samples else {}
 
 
 def _int(value: Any) -> int | None:
