@@ -23,6 +23,7 @@ import orjson
 import pytest
 from aiohttp import web
 
+from fairbench.targets.http.sse import parse_events
 from reference_scheduler.core.job import Job
 from reference_scheduler.gateway.app import GATEWAY, Gateway, start_gateway
 from reference_scheduler.gateway.config import parse_gateway_config
@@ -234,9 +235,9 @@ async def post(
 
 def contents(raw: bytes) -> list[str]:
     out = []
-    for event in raw.split(b"\n\n"):
-        if event.startswith(b"data: {"):
-            obj = json.loads(event[6:])
+    for event in parse_events(raw):
+        if event.startswith(b"{"):
+            obj = json.loads(event)
             for choice in obj.get("choices", []):
                 if choice.get("delta", {}).get("content"):
                     out.append(choice["delta"]["content"])

@@ -14,6 +14,7 @@ import aiohttp
 import openai
 import pytest
 
+from fairbench.targets.http.sse import parse_events
 from reference_scheduler.server.app import serve
 from reference_scheduler.server.config import parse_server_config
 
@@ -226,9 +227,9 @@ def test_timing_extension_in_the_final_chunk(server: str) -> None:
             ) as r,
         ):
             raw = await r.text()
-        for block in raw.split("\n\n"):
-            if block.startswith("data: ") and block != "data: [DONE]":
-                events.append(json.loads(block[6:]))
+        for payload in parse_events(raw.encode()):
+            if payload != b"[DONE]":
+                events.append(json.loads(payload))
         assert raw.rstrip().endswith("data: [DONE]")
         return events
 

@@ -77,3 +77,8 @@ class SSEParser:
     @property
     def has_partial(self) -> bool:
         return bool(self._buffer.strip()) or bool(self._data)
+
+
+def parse_events(body: bytes) -> list[bytes]:
+    """The data payloads of a whole SSE body (a stream read to its end), by the same parser."""
+    return SSEParser().feed(body)

@@ -12,6 +12,7 @@ from typing import Any
 import aiohttp
 import numpy as np
 
+from fairbench.targets.http.sse import SSEParser
 from fairbench.targets.profile.model import (
     REQUEST_TIMEOUT_S,
     ProbeError,
@@ -63,30 +64,36 @@ class Client:
                 raise ProbeError(
                     f"{url}: the engine refused the probe (HTTP {resp.status}: {text})"
                 )
-            async for raw in resp.content:
-                line = raw.strip()
-                if not line.startswith(b"data:"):
-                    continue
-                data = line[5:].strip()
-                if data == b"[DONE]":
+            parser = SSEParser()  # fairbench's one SSE reader (targets/http/sse.py)
+            async for raw in resp.content.iter_any():
+                if self._read_events(parser.feed(raw), out, url):
                     break
-                now = time.perf_counter_ns()
-                try:
-                    chunk = json.loads(data)
-                except ValueError:
-                    raise ProbeError(f"{url}: not an OpenAI stream ({data[:80]!r})") from None
-                choices = chunk.get("choices") or []
-                # a token whose text is still held back (a partial character) streams ""; the
-                # last one comes with finish_reason either way
-                if choices and (choices[0].get("text") or choices[0].get("finish_reason")):
-                    out.token_ns.append(now)
-                usage = chunk.get("usage")
-                if isinstance(usage, dict):
-                    out.prompt_tokens = usage.get("prompt_tokens")
-                    out.completion_tokens = usage.get("completion_tokens")
         if not out.token_ns:
             raise ProbeError(f"{url}: the engine streamed no token for a probe request")
         return out
+
+    @staticmethod
+    def _read_events(events: list[bytes], out: Stream, url: str) -> bool:
+        """Stamp the tokens of one read's events into `out`; True at the stream's [DONE]."""
+        for payload in events:
+            data = payload.strip()
+            if data == b"[DONE]":
+                return True
+            now = time.perf_counter_ns()
+            try:
+                chunk = json.loads(data)
+            except ValueError:
+                raise ProbeError(f"{url}: not an OpenAI stream ({data[:80]!r})") from None
+            choices = chunk.get("choices") or []
+            # a token whose text is still held back (a partial character) streams ""; the
+            # last one comes with finish_reason either way
+            if choices and (choices[0].get("text") or choices[0].get("finish_reason")):
+                out.token_ns.append(now)
+            usage = chunk.get("usage")
+            if isinstance(usage, dict):
+                out.prompt_tokens = usage.get("prompt_tokens")
+                out.completion_tokens = usage.get("completion_tokens")
+        return False
 
     def body(self, tokens: int, max_tokens: int) -> dict[str, Any]:
         """The completion request: vLLM's fields (SGLang takes the same); TGI reads only
