@@ -27,13 +27,8 @@ def wait_intervals(
     """(start ns, end ns, from the scheduler) per request; NaN where the request never waited
     for the scheduler (never passed over, or rejected)."""
     col = lambda name: df[name].to_numpy(dtype=np.float64, na_value=np.nan)  # noqa: E731
-    ok = (df["status"] == "ok").to_numpy()
     seen = censored.last_seen_ns(df, timeout_s)
-    first = np.where(
-        np.isnan(col("t_first_token_ns")),
-        np.where(ok, col("t_done_ns"), np.nan),
-        col("t_first_token_ns"),
-    )
+    first = censored.first_response_ns(df)
     admitted = censored.admitted(df)
     arrival = col("t_intended_ns")
     proxy_end = np.where(admitted, np.where(np.isnan(first), seen, first), np.nan)

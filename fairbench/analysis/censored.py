@@ -187,7 +187,9 @@ def _rows(
     return RowObservations(time, observed, eligible, _col(df, "t_intended_ns"))
 
 
-def _first_response_ns(df: pd.DataFrame) -> np.ndarray:
+def first_response_ns(df: pd.DataFrame) -> np.ndarray:
+    """When each request's first response came: its first token, or (for a response that
+    streams none) the end of a successful one; NaN otherwise."""
     first = _col(df, "t_first_token_ns")
     whole = np.where((df["status"] == "ok").to_numpy(), _col(df, "t_done_ns"), np.nan)
     return np.where(np.isnan(first), whole, first)
@@ -199,7 +201,7 @@ def ttft_rows(
     """TTFT from the intended send (or the actual one, `sent`): observed when a first token (or,
     for a response that streams none, the whole successful response) arrived."""
     origin = _col(df, "t_sent_ns" if sent else "t_intended_ns")
-    return _rows(df, _first_response_ns(df), origin, timeout_s)
+    return _rows(df, first_response_ns(df), origin, timeout_s)
 
 
 def e2e_rows(

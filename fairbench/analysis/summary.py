@@ -196,11 +196,7 @@ def _timeline(df: pd.DataFrame, scn: Scenario, timeout_s: float | None) -> fairn
     col = lambda name: df[name].to_numpy(dtype=np.float64, na_value=np.nan)  # noqa: E731
     ok = (df["status"] == "ok").to_numpy()
     seen = censored.last_seen_ns(df, timeout_s)
-    first = np.where(
-        np.isnan(col("t_first_token_ns")),
-        np.where(ok, col("t_done_ns"), np.nan),
-        col("t_first_token_ns"),
-    )
+    first = censored.first_response_ns(df)
     wait_start, wait_end, _ = wait_intervals(df, timeout_s)  # waiting for the scheduler
     end = np.where(ok, col("t_done_ns"), seen)
     return fairness.build_timeline(
