@@ -93,7 +93,7 @@ def simulated(seeds: int, rates: list[float], duration_s: int) -> list[cal.Cover
                 drift_lo.append(math.nan if d["ci_low"] is None else d["ci_low"])
                 drift_hi.append(math.nan if d["ci_high"] is None else d["ci_high"])
                 df = read_records(out_dir / "records.parquet")
-                lo_ns, hi_ns = _window_ns(outcome.summary, scn)
+                lo_ns, hi_ns = _window_ns(scn)
                 df = df[(df["t_intended_ns"] >= lo_ns) & (df["t_intended_ns"] <= hi_ns)]
                 pooled.append(censored.ttft_rows(df, scn.run.timeout).select())
                 bar.advance(task)
@@ -107,8 +107,8 @@ def simulated(seeds: int, rates: list[float], duration_s: int) -> list[cal.Cover
                 f"{rate:g}/s per tenant: long-run TTFT p99 {true_ms:.1f} ms (pooled over "
                 f"{seeds} runs), run p99 mean {np.mean(p99):.1f} ms, SD {sd:.1f} ms"
             )
-            out.append(cal.run_coverage(f"sim p99 {rate:g}/s", [true_ms], lows, highs))
-            out.append(cal.run_coverage(f"sim drift {rate:g}/s", [0.0], drift_lo, drift_hi))
+            out.append(cal.run_coverage(f"sim p99 {rate:g}/s", true_ms, lows, highs))
+            out.append(cal.run_coverage(f"sim drift {rate:g}/s", 0.0, drift_lo, drift_hi))
     return out
 
 
@@ -118,9 +118,8 @@ def _high(entry: dict) -> float:
     return math.inf if entry["ci_high"] is None else entry["ci_high"]
 
 
-def _window_ns(summary: dict, scn) -> tuple[float, float]:
+def _window_ns(scn) -> tuple[float, float]:
     """The measurement window (intended time, ns): [warmup, duration − cooldown]."""
-    del summary
     return scn.run.warmup * 1e9, (scn.run.duration - scn.run.cooldown) * 1e9
 
 

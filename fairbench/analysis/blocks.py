@@ -99,14 +99,13 @@ def starvation_block(df: pd.DataFrame, scn: Scenario, k: float = 10.0) -> dict[s
     return {"k_times_slo": k, "tenants": out}
 
 
-def drift_block(df: pd.DataFrame, window_s: float, step_s: float, seed: int = 0) -> dict[str, Any]:
+def drift_block(df: pd.DataFrame, window_s: float, step_s: float) -> dict[str, Any]:
     """TTFT p99 per rolling window (censored: unfinished requests count) with each window's
     interval; drift of the last window against the first with its interval and the p-value of
     the same statistic (fairbench.analysis.drift: they agree by construction). Kendall's tau over
     non-overlapping windows is kept as a description of the series' direction, not as a test
     (rolling windows share requests). Each window is a slice of the requests sorted by intended
-    time: O(n log n). `seed` is unused (the interval draws nothing) and kept for callers."""
-    del seed
+    time: O(n log n)."""
     obs = censored.ttft_rows(df, None)
     sel = obs.eligible
     order = np.argsort(df["t_intended_ns"].to_numpy(dtype=float)[sel], kind="stable")

@@ -141,10 +141,10 @@ def drift_coverage(
     return Coverage(f"drift {kind}", n, q, reps, covered, two, 0, dec)
 
 
-def run_coverage(case: str, values: list[float], lows: list[float], highs: list[float]) -> Coverage:
-    """Run-to-run: each run's interval against the long-run value (`values[0]` is the truth,
-    pooled over every run by the caller)."""
-    true = values[0]
+def run_coverage(case: str, truth: float, lows: list[float], highs: list[float]) -> Coverage:
+    """Run-to-run: each run's interval against the long-run value (`truth`, pooled over every
+    run by the caller)."""
+    true = truth
     covered = two = one = dec = 0
     for low, high in zip(lows, highs, strict=True):
         if math.isnan(low) and math.isnan(high):

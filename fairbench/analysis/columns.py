@@ -50,7 +50,7 @@ class Cols:
     )
 
     def __init__(self, **arrays: Any) -> None:
-        self._memo: dict[tuple[str, int], censored.Observations] = {}
+        self._memo: dict[tuple[str, int], Any] = {}  # observations, and figures built on them
         for name, value in arrays.items():
             setattr(self, name, value)
 

@@ -15,7 +15,7 @@ from fairbench.analysis import censored
 from fairbench.analysis import intervals as iv
 from fairbench.analysis.columns import Cols
 from fairbench.analysis.drift import METHOD as DRIFT_METHOD
-from fairbench.analysis.drift import drift
+from fairbench.analysis.drift import Drift, drift
 from fairbench.analysis.intervals import Interval
 from fairbench.analysis.metric import GROUPS, Compute, Metric, Value
 from fairbench.analysis.metrics import jain
@@ -149,19 +149,26 @@ def _drift_windows(
     )
 
 
+def _drift_of(c: Cols, mask: np.ndarray | None) -> Drift | None:
+    """The group's drift, computed once for its value and its interval (kept in the columns'
+    memo beside the observations)."""
+    key = ("ttft_p99_drift", 0 if mask is None else hash(np.packbits(mask).tobytes()))
+    if key not in c._memo:
+        windows = _drift_windows(c, mask)
+        c._memo[key] = None if windows is None else drift(*windows, q=0.99)
+    return c._memo[key]
+
+
 def _ttft_p99_drift(c: Cols, mask: np.ndarray | None) -> Value:
-    windows = _drift_windows(c, mask)
-    if windows is None:
-        return math.nan, False
-    found = drift(*windows, q=0.99)
-    return found.value, found.lower_bound
+    found = _drift_of(c, mask)
+    return (math.nan, False) if found is None else (found.value, found.lower_bound)
 
 
 def _ttft_p99_drift_interval(c: Cols, mask: np.ndarray | None) -> Interval:
-    windows = _drift_windows(c, mask)
-    if windows is None:
+    found = _drift_of(c, mask)
+    if found is None:
         return iv.declined(0.95, DRIFT_METHOD, "fewer than 50 requests: no fifths to compare")
-    return drift(*windows, q=0.99).interval
+    return found.interval
 
 
 _ALL = GROUPS
