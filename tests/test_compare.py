@@ -265,10 +265,10 @@ def test_too_few_requests_or_blocks_say_why_there_is_no_verdict() -> None:
     assert f"≥ {MIN_BLOCKS}" in p99.reason and "time blocks" in p99.reason
     few = [
         (
-            RunData(a.path, a.summary, a.records.iloc[: MIN_PER_ARM - 5]),
-            RunData(b.path, b.summary, b.records.iloc[: MIN_PER_ARM - 5]),
+            RunData(a.path, a.summary, a.records.iloc[: MIN_PER_ARM // 2 - 1]),
+            RunData(b.path, b.summary, b.records.iloc[: MIN_PER_ARM // 2 - 1]),
         )
-    ] * 2
+    ] * 2  # two pairs: the arm's runs together hold fewer than MIN_PER_ARM
     comparison = compare_scenario_pairs(few, short, resamples=50)
     row = comparison.get("ttft_p99")
     assert row is not None and row.verdict == "cannot evaluate"

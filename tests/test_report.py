@@ -351,7 +351,9 @@ def browser_check(
         rendered = page.evaluate(
             f"[...document.querySelectorAll('.js-plotly-lazy')].filter({drawn}).length"
         )
-        page.screenshot(path=str(screenshot), full_page=True)
+        # a full-page picture of a tall page with a dozen figures took over playwright's 30 s
+        # default on a loaded CI machine; the picture is for people, not a speed check
+        page.screenshot(path=str(screenshot), full_page=True, timeout=180_000)
         browser.close()
     return plots, rendered, errors, fetched, loaded
 

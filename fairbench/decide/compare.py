@@ -31,7 +31,8 @@ sides are `cannot evaluate`. One deterministic pair: B's bound above A's value (
 threshold and A's interval) is `worse`, A's above B's `better`. A censored tail never wins.
 
 Too little data is said, not judged: a request-level row needs MIN_PER_ARM observations in
-each arm of every pair, and the one-pair block bootstrap needs MIN_BLOCKS time blocks (with
+each arm (one pair: in each run; k ≥ 2 pairs: over the arm's runs, since the interval over the
+pairs then carries each run's own noise, however few requests made its figure), and the one-pair block bootstrap needs MIN_BLOCKS time blocks (with
 k ≥ 2 pairs and fewer blocks, the t interval over pairs alone is used).
 
 Verdict per row: `better` or `worse` when the interval excludes 0 *and* the change exceeds the
@@ -420,13 +421,16 @@ def compare_pairs(
             verdict.reason = "no value in at least one run"
             continue
         if metric.compute is not None:
+            # one pair: the within-run bootstrap judges, so each run needs the data; k ≥ 2:
+            # the interval over the pairs carries each run's noise, so the arms' totals count
             small = min(
-                min(_group_size(name, p.a, names), _group_size(name, p.b, names)) for p in pairs
+                sum(_group_size(name, p.a, names) for p in pairs),
+                sum(_group_size(name, p.b, names) for p in pairs),
             )
             if small < MIN_PER_ARM:
                 verdict.reason = (
                     f"too few requests: {small} in an arm (a verdict needs ≥ {MIN_PER_ARM} "
-                    "per arm); run longer or at a higher rate"
+                    "per arm, over its runs); run longer, at a higher rate or more seeds"
                 )
                 continue
         if k == 1 and not deterministic and (a_bound or b_bound):
