@@ -309,10 +309,11 @@ def check_verdict(out: Path, policy: str) -> None:
     comparison = json.loads(proc.stdout)
     assert comparison["pairs"] == len(SCHEDULE), comparison["design"]
     row = next(v for v in comparison["verdicts"] if v["metric"] == ROW)
+    pct = lambda v: "none" if v is None else f"{v:+.1%}"  # noqa: E731  (no verdict: no interval)
     sys.stderr.write(
         f"compare {BASELINE} -> {policy}: {ROW} {row['a_runs']} -> {row['b_runs']} ms, change "
-        f"{row['change']:+.1%} [{row['ci_low']:+.1%}, {row['ci_high']:+.1%}], p "
-        f"{row['p_value']}: {row['verdict']}\n"
+        f"{pct(row['change'])} [{pct(row['ci_low'])}, {pct(row['ci_high'])}], p "
+        f"{row['p_value']}: {row['verdict']} {row.get('reason') or ''}\n"
     )
     assert row["verdict"] == "better", (policy, row)
     table = cli("compare", *pairs, timeout=180)
