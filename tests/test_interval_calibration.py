@@ -177,3 +177,39 @@ def test_run_to_run_on_the_simulator_the_p99_interval_covers_the_long_run_value(
     c = cal.run_coverage("sim", truth_ms, lows, highs)
     assert c.given >= 20, c.row()
     assert c.rate >= 0.85, c.row()
+
+
+def test_a_window_series_mean_covers_and_declines_below_five_windows() -> None:
+    """jain_backlogged's interval (the mean of a per-window index): under 5 windows it declines
+    and says how many windows, and seconds, would do; 5–29 windows are taken as independent
+    (t over the windows); from 30 on, batch means carry serial correlation — an AR(1) series of
+    400 windows (φ = 0.7) is covered near its level, where t over the windows as if independent
+    would not be; an index pinned at 1 gives [1, 1], never past its range."""
+    from fairbench.analysis.intervals import window_mean_interval
+
+    few = window_mean_interval(np.array([0.9, 0.92, 0.88, 0.91]), bounds=(0.0, 1.0), window_s=30)
+    assert few.declined and "≥ 5" in (few.reason or "") and "150 s" in (few.reason or "")
+    pinned = window_mean_interval(np.ones(12), bounds=(0.0, 1.0))
+    assert (pinned.low, pinned.high) == (1.0, 1.0)
+    rng = np.random.default_rng(7)
+    covered = naive = given = 0
+    for _ in range(300):
+        e = rng.normal(0.0, 0.02, 400)
+        x = np.empty(400)
+        x[0] = e[0]
+        for i in range(1, 400):
+            x[i] = 0.7 * x[i - 1] + e[i]
+        x += 0.9
+        it = window_mean_interval(x, bounds=(0.0, 1.0))
+        if it.declined:
+            continue
+        given += 1
+        covered += int(it.low <= 0.9 <= it.high)
+        half = 1.97 * x.std(ddof=1) / np.sqrt(len(x))
+        naive += int(x.mean() - half <= 0.9 <= x.mean() + half)
+    assert given >= 270, given
+    assert 0.90 <= covered / given <= 0.99, covered / given
+    assert naive / given < 0.80, naive / given  # what ignoring the correlation would promise
+    small = [window_mean_interval(rng.normal(0.9, 0.03, 8)) for _ in range(400)]
+    rate = np.mean([s.low <= 0.9 <= s.high for s in small])
+    assert 0.92 <= rate <= 0.98, rate

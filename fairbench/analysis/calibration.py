@@ -141,9 +141,11 @@ def drift_coverage(
     return Coverage(f"drift {kind}", n, q, reps, covered, two, 0, dec)
 
 
-def run_coverage(case: str, truth: float, lows: list[float], highs: list[float]) -> Coverage:
+def run_coverage(
+    case: str, truth: float, lows: list[float], highs: list[float], q: float = 0.99
+) -> Coverage:
     """Run-to-run: each run's interval against the long-run value (`truth`, pooled over every
-    run by the caller)."""
+    run by the caller); `q` the quantile it is of (0 for a mean)."""
     true = truth
     covered = two = one = dec = 0
     for low, high in zip(lows, highs, strict=True):
@@ -155,4 +157,4 @@ def run_coverage(case: str, truth: float, lows: list[float], highs: list[float])
         else:
             one += 1
         covered += int(low <= true <= high)
-    return Coverage(case, 0, 0.99, len(lows), covered, two, one, dec)
+    return Coverage(case, 0, q, len(lows), covered, two, one, dec)

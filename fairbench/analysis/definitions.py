@@ -405,6 +405,9 @@ METRICS: tuple[Metric, ...] = (
         0.02,
         absolute=True,
         headline=True,
+        ci="95%: Student t over the contended windows (from 30 windows on, on batch means in "
+        "time order past their Politis–White block length); declined under 5 windows (or 10 "
+        "batches), with the windows that would do",
     ),
     Metric(
         "jain_backlogged_min",

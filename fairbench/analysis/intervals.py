@@ -364,3 +364,59 @@ def share_interval(
         method = f"{METHOD_WILSON} on n / {factor:.2f} (batch means)"
     low, high = wilson(float(x.sum()) / factor, n / factor, confidence)
     return Interval(low, high, confidence, method)
+
+
+# ------------------------------------------------------------------ means of window series
+
+METHOD_WINDOW_MEAN = "Student t on batch means of the windows in time order ({batches} of {batch})"
+METHOD_WINDOWS_IID = (
+    "Student t over the {n} windows, taken as independent (fewer than "
+    f"{MIN_DEPENDENCE_N}: too few to measure their correlation)"
+)
+MIN_WINDOWS = 5  # below this a window series' spread is a guess (t with < 4 degrees of freedom)
+
+
+def window_mean_interval(
+    values_in_time_order: np.ndarray,
+    confidence: float = 0.95,
+    bounds: tuple[float, float] = (-math.inf, math.inf),
+    what: str = "windows",
+    window_s: float | None = None,
+) -> Interval:
+    """The mean of a per-window series (a fairness index per contended window) with Student's t.
+    Consecutive windows share a backlog, so from MIN_DEPENDENCE_N windows on they are batched
+    past the series' Politis–White block length (as `batching` does for requests) and the B
+    batch means are taken as independent, t with B − 1 degrees of freedom; fewer than
+    MIN_BATCHES batches decline. Below MIN_DEPENDENCE_N windows (a run of 100–600 s has 10 of
+    its 10–60 s windows) their correlation cannot be measured, and the windows themselves are
+    taken as independent: the windows are at least 10 s, far past a queue's usual correlation
+    time, and the coverage this gives is measured (benchmarks/bench_calibration.py); fewer than
+    MIN_WINDOWS decline. A declined interval says how many windows, and seconds, would do. The
+    ends are clipped to `bounds` (an index cannot leave its range)."""
+    x = np.asarray(values_in_time_order, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    n = len(x)
+    if n < MIN_DEPENDENCE_N:
+        method = METHOD_WINDOWS_IID.format(n=n)
+        means, need = x, MIN_WINDOWS
+    else:
+        dep = batching(x)
+        method = METHOD_WINDOW_MEAN.format(batches=dep.batches, batch=dep.batch)
+        used = x[n - dep.batches * dep.batch :]
+        means = used.reshape(dep.batches, dep.batch).mean(axis=1)
+        need = dep.batch * MIN_BATCHES if dep.batches < MIN_BATCHES else 0
+    if len(means) < (MIN_WINDOWS if n < MIN_DEPENDENCE_N else MIN_BATCHES):
+        length = f", ≈ {need * window_s:.0f} s of them" if window_s else ""
+        return declined(
+            confidence,
+            method,
+            f"{n} {what}; a mean's interval needs ≥ {need} {what}{length}: run longer",
+        )
+    centre = float(x.mean())
+    if np.all(means == means[0]):  # every value alike (an index pinned at 1): no spread to show
+        half = 0.0
+    else:
+        t = float(sps.t.ppf(0.5 + confidence / 2, len(means) - 1))
+        half = t * float(np.std(means, ddof=1)) / math.sqrt(len(means))
+    low, high = max(bounds[0], centre - half), min(bounds[1], centre + half)
+    return Interval(low, high, confidence, method)

@@ -46,11 +46,13 @@ def metrics_block(
     c: Cols,
     names: Mapping[str, list[str]],
     timeline_values: Mapping[str, float | None],
+    timeline_cis: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """summary.json's `metrics`: every registry figure for every group it exists for.
 
     `names`: the group keys per dimension (tenant ids, class names, workload names), in the
-    order `c`'s codes use; `timeline_values`: the overall timeline figures."""
+    order `c`'s codes use; `timeline_values`: the overall timeline figures, and
+    `timeline_cis` the interval fields (`Interval.fields`) of those that have one."""
     out: dict[str, Any] = {"overall": {}, "class": {}, "tenant": {}, "workload": {}}
     codes = {"class": c.cls, "tenant": c.tenant, "workload": c.workload}
     for i, metric in enumerate(METRICS):
@@ -60,6 +62,7 @@ def metrics_block(
                 out["overall"][metric.name] = {
                     "value": None if value is None else _clean(value),
                     "lower_bound": False,
+                    **(timeline_cis or {}).get(metric.name, {}),
                 }
             continue
         if "overall" in metric.groups:

@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from fairbench.analysis import censored, fairness
+from fairbench.analysis import intervals as iv
 from fairbench.analysis import metrics as m
 from fairbench.analysis.backlog import wait_intervals
 from fairbench.analysis.blocks import (
@@ -219,6 +220,9 @@ def backlogged_fairness(
     sd = fairness.backlogged_service_difference(tl)
     _, values = fairness.backlogged_jain(tl, start, end, window_s)
     finite = values[np.isfinite(values)]
+    jain_ci = iv.window_mean_interval(
+        values, bounds=(0.0, 1.0), what="contended windows", window_s=window_s
+    )
     _, _, known = wait_intervals(df, scn.run.timeout)
     basis = "scheduler" if known.all() else ("proxy" if not known.any() else "mixed")
     return {
@@ -237,6 +241,7 @@ def backlogged_fairness(
             "contended": len(finite),
             "reason": None if len(finite) else "no contended window",
             "mean": float(finite.mean()) if len(finite) else None,
+            "mean_ci": jain_ci.fields() if len(finite) else None,
             "min": float(finite.min()) if len(finite) else None,
             "median": float(np.median(finite)) if len(finite) else None,
             "values": [None if not np.isfinite(x) else round(float(x), 4) for x in values],
@@ -355,7 +360,8 @@ def build_summary(
             "jain_backlogged": jw["mean"],
             "jain_backlogged_min": jw["min"],
         }
-    summary["metrics"] = metrics_block(cols, names, timeline)
+    cis = {"jain_backlogged": jw["mean_ci"]} if len(df) and jw["mean_ci"] else {}
+    summary["metrics"] = metrics_block(cols, names, timeline, cis)
     summary["fairness"]["solo_ttft_p99_ms"] = {
         t: round(v / 1e6, 4) for t, v in (solo_ttft_p99_ns or {}).items()
     }
