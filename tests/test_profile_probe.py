@@ -110,11 +110,17 @@ def test_fitted_profile_loads_and_simulates_like_the_truth(fitted: Path, tmp_pat
 
 # The front end's core time of the second server, and how far a measured one may be from its
 # truth. The load phase reads it off a burst's makespan (16 requests of 256+16 tokens, about
-# 2.5 s here); the mixed phase's long prompts arrive at a busy engine too, so part of the
-# charge can land in the fitted prefill constant `a` instead (`a` 8.4 against 8, and 5.7 ms
-# measured), and what the fit must get right is the sum: the simulated burst. (With a truth of
-# 12 ms the mixed steps' charge made the fit choose the `sum` form, and the burst fitted on it
-# came out longer than the server's: a form the front end confounds is a limit of the probe.)
+# 2.5 s here). What the probe can tell is what a request arriving at a busy engine costs it, the
+# prefill constant `a` plus the charge: the mixed phase's long prompts arrive at a busy engine
+# too (a + charge), the prefill phase's at an idle one (a + request overhead, the overhead at
+# least 0), and each of the burst's requests pays one prefill and one charge, so trading `a`
+# for the charge moves nothing the probe sees (refitting the steps with the charge in their
+# mixed steps has no unique fixed point: each ms moved changes the burst's estimate by 0.98 ms).
+# Measured here: `a` 10.4 and a charge of 2.2-2.9 against 8 and 6 (sum 12.6-13.3 against 14).
+# So the test holds the sum, the server told apart from one without a charge by it, and the
+# simulated burst. (With a truth of 12 ms the mixed steps' charge made the fit choose the `sum`
+# form, and the burst fitted on it came out longer than the server's: a form the front end
+# confounds is a limit of the probe.)
 FRONT_END_MS = 6.0
 FRONT_END_SLACK_MS = 2.5
 
@@ -145,14 +151,19 @@ def test_the_front_ends_core_time_is_measured(fitted: Path, tmp_path: Path) -> N
     got = doc["front_end_core_ms"]
     block = doc["fit"]["front_end"]
     assert block["core_ms"] == got and block["observations"] >= 1, block
-    assert FRONT_END_MS / 2 <= got <= FRONT_END_MS + FRONT_END_SLACK_MS, block
+    busy = doc["a"] + got  # what a request arriving at a busy engine costs it
+    assert abs(busy - (TRUTH["a"] + FRONT_END_MS)) <= FRONT_END_SLACK_MS, (doc["a"], block)
     # at the gap the probe sent its bursts with (the round's own estimate of a request's cost)
     gap = float(np.median([r["gap_ms"] for r in doc["fit"]["data"] if r["kind"] == "load"]))
     truth = _burst_ms(TRUTH, FRONT_END_MS, gap)
     fitted_burst = _burst_ms(doc, got, gap)
     assert abs(fitted_burst / truth - 1) <= 0.02, (fitted_burst, truth, gap, block)
-    none = yaml.safe_load(fitted.read_text())["front_end_core_ms"]
+    plain = yaml.safe_load(fitted.read_text())
+    none = plain["front_end_core_ms"]
     assert 0.0 <= none <= FRONT_END_SLACK_MS, none
+    # told apart from the server without a charge: the busy cost differs by the charge
+    told = busy - (plain["a"] + none)
+    assert abs(told - FRONT_END_MS) <= FRONT_END_SLACK_MS, (told, doc["a"], plain["a"], block)
     assert load_profile(str(out)).front_end_core_ms == got
 
 
