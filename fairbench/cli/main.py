@@ -155,6 +155,7 @@ def plan(
 def _register_optional_commands() -> None:
     """Commands that live in their own modules (kept out of this file to keep it an edge)."""
     from fairbench.cli import analysis as cli_analysis
+    from fairbench.cli import explain as cli_explain
     from fairbench.cli import fidelity as cli_fidelity
     from fairbench.cli import history as cli_history
     from fairbench.cli import metrics as cli_metrics
@@ -168,6 +169,7 @@ def _register_optional_commands() -> None:
     cli_metrics.register(app)
     cli_fidelity.register(app)
     cli_history.register(app)
+    cli_explain.register(app)
 
 
 def _say(line: str) -> None:

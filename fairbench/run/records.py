@@ -30,8 +30,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-RECORD_SCHEMA_VERSION = 4  # 2: t_end_ns; 3: rx_delay_ns, rx_delay_max_ns, rx_error_ns,
-# server_received_ns, t_written_ns; 4: passed_over_ns, backlog_ns
+RECORD_SCHEMA_VERSION = 5  # 2: t_end_ns; 3: rx_delay_ns, rx_delay_max_ns, rx_error_ns,
+# server_received_ns, t_written_ns; 4: passed_over_ns, backlog_ns; 5: prefill_ns,
+# kv_transfer_ns, decode_wait_ns
 STATUSES = ("ok", "error", "timeout", "rejected", "cancelled")
 ERROR_KINDS = (
     "connect",  # could not connect / connection refused
@@ -95,6 +96,19 @@ class Record:
     # reference server counts from its own receipt of the request, a loopback hop after the send
     passed_over_ns: int | None = None
     backlog_ns: int | None = None
+    # TTFT decomposed, where the target knows it (the simulated reference scheduler): after
+    # queue_time_ns, the prefill (admission to the prompt's last chunk; colocated, that step
+    # yields the first token), the KV transfer to the decode pool and the wait there for a decode
+    # slot (0 when colocated). With the profile's front end and, disaggregated, the decode pool's
+    # first step, they sum to TTFT (fairbench.analysis.explain)
+    prefill_ns: int | None = None
+    kv_transfer_ns: int | None = None
+    decode_wait_ns: int | None = None
+    # a multi-turn session's id and this request's turn in it (1 for the first); None outside
+    # any session (fairbench.plan.sessions). A turn's t_intended_ns is when it became due: the
+    # previous turn's completion plus its think time
+    session_id: int | None = None
+    turn: int | None = None
     worker: int = 0
 
 

@@ -51,6 +51,11 @@ class Job:
     backlog_ns: int = 0
     wait_since_ns: int = -1
     retry_after_s: int = 0
+    # Disaggregated serving (drivers/disaggregated.py), -1 when colocated: when the prefill pool
+    # finished the prompt, when its KV reached the decode pool, when a decode replica admitted it.
+    prefill_done_ns: int = -1
+    kv_arrived_ns: int = -1
+    decode_admit_ns: int = -1
 
     # Scratch space owned by whichever policy holds the job.
     queue: Any = field(default=None, repr=False)

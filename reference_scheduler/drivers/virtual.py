@@ -135,6 +135,10 @@ def simulate(
     `timeout_ns`: each job is cancelled that long after its arrival unless finished by then;
     `stop_ns`: every job still live at that instant is cancelled and the simulation ends."""
     jobs = list(jobs)
+    if config.spec.disaggregation is not None:  # a prefill pool and a decode pool
+        from reference_scheduler.drivers.disaggregated import simulate_disaggregated
+
+        return simulate_disaggregated(jobs, config, timeout_ns, stop_ns)
     engine = make_engine(config)  # scheduler.engine: reference or vllm
     policy = engine.policy
     step = engine.step

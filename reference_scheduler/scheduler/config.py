@@ -16,6 +16,9 @@
                   degrade_depth: 1000, degrade_max_tokens: 256}       # see admission.py
       prefix_cache: {blocks: 2048, protected_classes: [interactive]}  # see prefix_cache.py
       preemption: {mode: swap, swap_bandwidth_gbps: 50, budget: {count: 3, window_s: 60}}
+      disaggregation: {prefill_replicas: 2, decode_replicas: 2,
+                       kv_transfer: {bandwidth: 50GB/s, latency: 1ms,
+                                     jitter: {dist: lognormal, median: 2ms, p99: 80ms}}}
 
 Validated up front; a problem is reported as `scheduler.<field>: ...` on one line. A setting
 that is valid but makes a policy degenerate (see reference_scheduler.policies) is not an error;
@@ -37,6 +40,7 @@ from reference_scheduler.core.preemption import PreemptionSpec
 from reference_scheduler.core.prefix_cache import PrefixCacheSpec
 from reference_scheduler.core.validation import lines_from
 from reference_scheduler.policies import PolicySpecError, policy_factory, pool_of
+from reference_scheduler.scheduler.disaggregation import DisaggregationSpec
 
 
 class SchedulerConfigError(Exception):
@@ -64,6 +68,8 @@ class SchedulerSpec(BaseModel):
     admission: AdmissionSpec | None = None
     prefix_cache: PrefixCacheSpec | None = None
     preemption: PreemptionSpec | None = None
+    # a prefill pool and a decode pool joined by a KV link (disaggregation.py); None: colocated
+    disaggregation: DisaggregationSpec | None = None
     tier_ranks: dict[str, int] = Field(
         default_factory=lambda: {"interactive": 0, "batch": 1, "best-effort": 2},
         description="tier name -> rank (lower is more urgent); demotion moves one rank down",
@@ -108,6 +114,7 @@ _NOT_VLLM = {
     "preemption": "vLLM V1 always preempts by recompute; remove it",
     "tier_ranks": "vLLM orders by the request priority only; remove it",
     "admit_every": "vLLM V1 schedules waiting requests every step; remove it",
+    "disaggregation": "prefill/decode pools run the reference engine; remove it",
 }
 
 

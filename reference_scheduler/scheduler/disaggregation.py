@@ -1,0 +1,182 @@
+"""The `scheduler.disaggregation:` block: a prefill pool, a decode pool, and the KV link between.
+
+    scheduler:
+      disaggregation:
+        prefill_replicas: 2
+        decode_replicas: 2
+        kv_transfer:
+          bandwidth: 50GB/s          # per prefill replica's link (RDMA NIC / NVLink)
+          latency: 1ms               # fixed per transfer (connection set-up, the first byte)
+          jitter: {dist: lognormal, median: 2ms, p99: 80ms}   # a stall added to each transfer
+
+Why a block of its own: disaggregated serving (vLLM's KV connectors, SGLang's PD mode, llm-d)
+splits a request's life over two pools joined by a KV transfer whose time varies, and the field's
+incident had its TTFT tail in that variance. The transfer of request k from prefill replica r is
+a FIFO queue on r's link (a Lindley recursion, which the tests check by hand):
+
+    start_k = max(ready_k, free_r),  free_r = start_k + bytes_k / bandwidth + jitter_k,
+    arrive_k = free_r + latency,     bytes_k = prompt_tokens_k × profile.kv_bytes_per_token
+
+`profile.kv_bytes_per_token` is layers × KV heads × head dim × 2 (K and V) × dtype bytes, as the
+profiles state it. The jitter holds the link (a stalled RDMA transfer blocks the ones behind it on
+that NIC); the latency does not. Jitter is any of the scenario's length distributions with
+durations as values (`constant`, `uniform`, `normal`, `lognormal` by median and p99,
+`exponential`), drawn from its own seeded stream so the same config gives the same transfers.
+
+This module knows nothing of fairbench (reference_scheduler never imports it), so it reads its
+own units: bandwidth `B/s`, `KB/s`, `MB/s`, `GB/s` (decimal) or a number of bytes per second;
+durations `us`, `ms`, `s` or a number of seconds.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+_BANDWIDTH = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?\d+)?)\s*([KMGT]?)B/s\s*$", re.IGNORECASE)
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?\d+)?)\s*(ns|us|ms|s)\s*$")
+_SCALE = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+_SECONDS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
+def bandwidth_bytes_per_s(value: Any) -> float:
+    """`50GB/s` -> 5e10; a bare number is bytes per second."""
+    if isinstance(value, bool):
+        raise ValueError("expected a bandwidth such as 50GB/s")
+    if isinstance(value, int | float):
+        out = float(value)
+    else:
+        match = _BANDWIDTH.match(str(value))
+        if not match:
+            raise ValueError(f"expected a bandwidth such as 50GB/s, got {value!r}")
+        out = float(match.group(1)) * _SCALE[match.group(2).upper()]
+    if not (math.isfinite(out) and out > 0):
+        raise ValueError(f"a bandwidth must be positive, got {value!r}")
+    return out
+
+
+def duration_s(value: Any) -> float:
+    """`2ms` -> 0.002; a bare number is seconds."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration such as 2ms")
+    if isinstance(value, int | float):
+        out = float(value)
+    else:
+        match = _DURATION.match(str(value))
+        if not match:
+            raise ValueError(f"expected a duration such as 2ms, got {value!r}")
+        out = float(match.group(1)) * _SECONDS[match.group(2)]
+    if not (math.isfinite(out) and out >= 0):
+        raise ValueError(f"a duration must be finite and not negative, got {value!r}")
+    return out
+
+
+_DURATION_FIELDS = ("value", "low", "high", "mean", "std", "median", "p99", "min", "max")
+
+
+class JitterSpec(BaseModel):
+    """A length distribution whose values are durations (seconds once parsed)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    dist: Literal["constant", "uniform", "normal", "lognormal", "exponential"]
+    value: float | None = None
+    low: float | None = None
+    high: float | None = None
+    mean: float | None = None
+    std: float | None = None
+    median: float | None = None
+    p99: float | None = None
+    min: float | None = None
+    max: float | None = None
+
+    @field_validator(*_DURATION_FIELDS, mode="before")
+    @classmethod
+    def _seconds(cls, value: Any) -> Any:
+        return None if value is None else duration_s(value)
+
+    @model_validator(mode="after")
+    def _complete(self) -> JitterSpec:
+        need = {
+            "constant": ("value",),
+            "uniform": ("low", "high"),
+            "normal": ("mean", "std"),
+            "lognormal": ("median", "p99"),
+            "exponential": ("mean",),
+        }[self.dist]
+        missing = [name for name in need if getattr(self, name) is None]
+        if missing:
+            raise ValueError(f"dist {self.dist} needs {', '.join(missing)}")
+        if self.dist == "uniform" and self.high < self.low:  # type: ignore[operator]
+            raise ValueError("high must be at least low")
+        if self.dist == "lognormal" and not self.p99 >= self.median > 0:  # type: ignore[operator]
+            raise ValueError("lognormal needs 0 < median <= p99")
+        return self
+
+    def sample_s(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """n draws in seconds, clipped to [min, max] and at 0 (a stall is never negative)."""
+        if self.dist == "constant":
+            out = np.full(n, self.value, dtype=float)
+        elif self.dist == "uniform":
+            out = rng.uniform(self.low, self.high, n)  # type: ignore[arg-type]
+        elif self.dist == "normal":
+            out = rng.normal(self.mean, self.std, n)  # type: ignore[arg-type]
+        elif self.dist == "exponential":
+            out = rng.exponential(self.mean, n)  # type: ignore[arg-type]
+        else:
+            sigma = math.log(self.p99 / self.median) / 2.3263478740408408  # type: ignore[operator]
+            out = rng.lognormal(math.log(self.median), sigma, n)  # type: ignore[arg-type]
+        lo = 0.0 if self.min is None else self.min
+        return np.clip(out, lo, np.inf if self.max is None else self.max)
+
+
+class KvTransferSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    bandwidth: float = Field(50e9, description="bytes per second per prefill replica's link")
+    latency: float = Field(0.001, description="seconds per transfer, not holding the link")
+    jitter: JitterSpec | None = None
+
+    @field_validator("bandwidth", mode="before")
+    @classmethod
+    def _bandwidth(cls, value: Any) -> float:
+        return bandwidth_bytes_per_s(value)
+
+    @field_validator("latency", mode="before")
+    @classmethod
+    def _latency(cls, value: Any) -> float:
+        return duration_s(value)
+
+
+class DisaggregationSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    prefill_replicas: int = Field(1, ge=1, le=100_000)
+    decode_replicas: int = Field(1, ge=1, le=100_000)
+    kv_transfer: KvTransferSpec = Field(default_factory=KvTransferSpec)
+
+
+class KvLink:
+    """The KV links of the prefill pool: one FIFO queue per prefill replica (see the module)."""
+
+    def __init__(self, spec: KvTransferSpec, kv_bytes_per_token: int, replicas: int, seed: int):
+        self.spec = spec
+        self.kv_bytes_per_token = kv_bytes_per_token
+        self.free_ns = [0] * replicas
+        self._rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(0x6B76,)))
+        self._jitter: list[float] = []
+
+    def _draw_s(self) -> float:
+        if self.spec.jitter is None:
+            return 0.0
+        if not self._jitter:  # draws in blocks: the same seed, the same sequence
+            self._jitter = self.spec.jitter.sample_s(self._rng, 4096)[::-1].tolist()
+        return self._jitter.pop()
+
+    def transfer(self, replica: int, ready_ns: int, tokens: int) -> int:
+        """When the KV of `tokens` tokens, ready at `ready_ns` on `replica`, reaches decode."""
+        serial_s = tokens * self.kv_bytes_per_token / self.spec.bandwidth + self._draw_s()
+        start = max(ready_ns, self.free_ns[replica])
+        self.free_ns[replica] = start + round(serial_s * 1e9)
+        return self.free_ns[replica] + round(self.spec.latency * 1e9)
