@@ -27,9 +27,9 @@ from typing import Any
 import aiohttp
 import orjson
 from aiohttp import web
+from prometheus_client import Counter
 
 from reference_scheduler.core.job import Job
-from reference_scheduler.core.tokenizer import count_tokens
 from reference_scheduler.gateway.config import GatewayConfig
 from reference_scheduler.gateway.dispatcher import Dispatcher
 from reference_scheduler.gateway.pool import Pool, Upstream
@@ -42,6 +42,7 @@ from reference_scheduler.gateway.relay import (
     upstream_headers,
     usage_counts,
 )
+from reference_scheduler.gateway.tokens import TokenCounter
 from reference_scheduler.server.config import TenantEntry
 from reference_scheduler.server.http import openai_errors, serve_until_cancelled, start_app
 from reference_scheduler.server.metrics import GatewayMetrics
@@ -51,6 +52,7 @@ from reference_scheduler.server.requests import (
     invalid,
     json_object,
     max_tokens_of,
+    n_of,
     prompt_of_chat,
     prompt_of_completion,
     slo_class_of,
@@ -70,6 +72,10 @@ class _ClientGone(Exception):
         self.response = response
 
 
+class _NoUpstream(Exception):
+    """No upstream became healthy within `queue_timeout_s` of the request's wait."""
+
+
 class Gateway:
     def __init__(self, config: GatewayConfig, clock: Callable[[], int] = time.perf_counter_ns):
         self.config = config
@@ -85,6 +91,16 @@ class Gateway:
         self.session: aiohttp.ClientSession | None = None
         self.watcher: asyncio.Task[None] | None = None
         self.scrape_failing: set[int] = set()  # upstreams whose scrape failure was logged
+        self.tokens = TokenCounter(config.spec.tokenizer)
+        self.no_tokenize: set[int] = set()  # upstreams that answered /tokenize with 404
+        # Bad input (a malformed body, a prompt that can never fit) is the client's error, not
+        # an admission decision: counted apart from scheduler_admission_rejections.
+        self.bad_requests = Counter(
+            "gateway_bad_requests",
+            "Requests refused as malformed or impossible (4xx), by status",
+            ["code"],
+            registry=self.metrics.registry,
+        )
 
     def now(self) -> int:
         return self.clock() - self.base
@@ -97,7 +113,7 @@ class Gateway:
             total=None,
             connect=d.connect_timeout_s,
             sock_connect=d.connect_timeout_s,
-            sock_read=d.idle_timeout_s,
+            sock_read=None,  # first byte, idle and total are bounded per request (_whole, _stream)
         )
         self.session = aiohttp.ClientSession(
             timeout=timeout,
@@ -127,10 +143,20 @@ class Gateway:
             self.metrics.queue_depth(self.dispatcher.waiting())
 
     async def _placed(self, job: Job) -> Upstream:
+        """Wait until the job is placed. While no upstream is healthy it waits at most
+        `queue_timeout_s` (then `_NoUpstream`); waiting for a busy healthy pool is admission's to
+        bound, not this."""
         waiter = asyncio.get_running_loop().create_future()
         self.waiters[job.id] = waiter
         self.pump()
-        await waiter
+        limit = self.config.dispatch.queue_timeout_s
+        while True:
+            try:
+                await asyncio.wait_for(asyncio.shield(waiter), limit)
+                break
+            except TimeoutError:
+                if not any(up.healthy for up in self.pool.upstreams):
+                    raise _NoUpstream() from None
         return self.pool.upstreams[job.replica]
 
     # -------------------------------------------------------------- tenancy and parsing
@@ -141,7 +167,10 @@ class Gateway:
     def slo_class_of(self, request: web.Request, tenant: TenantEntry) -> str:
         return slo_class_of(request, tenant)
 
-    def _job(self, request: web.Request, raw: bytes, chat: bool) -> tuple[Job, dict[str, Any]]:
+    async def _job(
+        self, request: web.Request, raw: bytes, chat: bool
+    ) -> tuple[Job, dict[str, Any], str]:
+        """The job, the body to send upstream and the model name the client is answered with."""
         tenant = self.tenant_of(request)
         cls = self.slo_class_of(request, tenant)
         body = json_object(raw)
@@ -149,22 +178,74 @@ class Gateway:
         if model is not None and model != self.server.spec.model:
             raise invalid(f"The model `{model}` does not exist.", "model", "model_not_found")
         prompt = prompt_of_chat(body) if chat else prompt_of_completion(body)
-        max_tokens = max_tokens_of(body, self.server.spec.max_tokens_limit)
+        limit = self.server.spec.max_tokens_limit
+        max_tokens = max_tokens_of(body, limit, self.config.spec.default_max_tokens)
+        if body.get("max_tokens") is None and body.get("max_completion_tokens") is None:
+            body["max_tokens"] = max_tokens  # sent upstream, so what is reserved is what runs
+        choices = n_of(body, 128)
         stream_flags(body)
-        n = count_tokens(prompt)
+        n = await self.tokens.count(
+            prompt,
+            self._upstream_model(0),
+            body["messages"] if chat else None,
+            self._tokenize_post(),
+        )
         if n < 1:
             raise invalid("The prompt is empty.", "prompt")
+        context = self.tokens.max_model_len
+        if context is not None and n + max_tokens > context:
+            raise invalid(
+                f"This model's maximum context length is {context} tokens; the request has {n} "
+                f"prompt tokens and asks for {max_tokens} more.",
+                "messages" if chat else "prompt",
+                "context_length_exceeded",
+            )
         job = Job(
             next(self.ids),
             tenant.id,
             cls,
             n,
-            max_tokens,
+            max_tokens * choices,  # n choices: n answers of up to max_tokens each are reserved
             self.now(),
             weight=tenant.weight,
             priority=self.server.spec.slo_classes[cls],
         )
-        return job, body
+        return job, body, model if isinstance(model, str) else self.server.spec.model
+
+    def _upstream_model(self, index: int) -> str:
+        return self.pool.upstreams[index].spec.model or self.server.spec.model
+
+    def _tokenize_post(self) -> Callable[[str, dict[str, Any]], Any] | None:
+        """A POST to the first healthy upstream that has /tokenize, or None (estimate then)."""
+        if self.tokens.source != "upstream" or self.session is None:
+            return None
+        up = next(
+            (u for u in self.pool.upstreams if u.healthy and u.index not in self.no_tokenize),
+            None,
+        )
+        if up is None:
+            return None
+        session = self.session
+        timeout = aiohttp.ClientTimeout(total=self.config.dispatch.connect_timeout_s)
+
+        async def post(path: str, body: dict[str, Any]) -> Any:
+            body = dict(body, model=self._upstream_model(up.index))
+            try:
+                async with session.post(
+                    up.spec.url + path,
+                    data=orjson.dumps(body),
+                    headers=upstream_headers(self.keys[up.index]),
+                    timeout=timeout,
+                ) as resp:
+                    if resp.status == 404:
+                        self.no_tokenize.add(up.index)
+                    if resp.status != 200:
+                        return None
+                    return orjson.loads(await resp.read())
+            except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError):
+                return None
+
+        return post
 
     # -------------------------------------------------------------- generation
 
@@ -176,13 +257,16 @@ class Gateway:
 
     async def _generate(self, request: web.Request, path: str, chat: bool) -> web.StreamResponse:
         try:
-            job, body = self._job(request, await request.read(), chat)
+            job, body, asked = await self._job(request, await request.read(), chat)
         except BadRequest as error:
-            self.metrics.rejected(error.status)
+            self.bad_requests.labels(str(error.status)).inc()
             return error_response(error)
         verdict = self.dispatcher.submit(job, self.now())
         if not verdict.accepted:
-            self.metrics.rejected(verdict.code)
+            if verdict.code == 400:
+                self.bad_requests.labels("400").inc()  # can never fit: bad input, not load
+            else:
+                self.metrics.rejected(verdict.code)
             kind = "rate_limit_error" if verdict.code == 429 else "server_overloaded"
             if verdict.code == 400:
                 kind = "invalid_request_error"
@@ -210,13 +294,24 @@ class Gateway:
                 try:
                     if stream_on:
                         response, outcome = await self._stream(
-                            request, job, up, path, body, usage_on
+                            request, job, up, path, body, usage_on, asked
                         )
                     else:
-                        response, outcome = await self._whole(job, up, path, body)
+                        response, outcome = await self._whole(job, up, path, body, asked)
                     return response
                 except Failure as failure:
                     self._failed(up, failure)
+                    if not failure.retry:
+                        # The upstream accepted the request and may still be working on it:
+                        # another upstream would do the work twice; the client gets a 504.
+                        return error_response(
+                            BadRequest(
+                                504,
+                                f"upstream timed out: {failure.detail}",
+                                "server_error",
+                                code="upstream_timeout",
+                            )
+                        )
                     if not self.dispatcher.requeue(job, self.now()):
                         if failure.kind == "overloaded":
                             return error_response(
@@ -238,6 +333,18 @@ class Gateway:
                         )
                     self.metrics.retries.labels(up.name).inc()
                     up = await self._placed(job)
+        except _NoUpstream:
+            d = self.config.dispatch
+            self.metrics.rejected(503)
+            return error_response(
+                BadRequest(
+                    503,
+                    "no healthy upstream within queue_timeout_s",
+                    "server_overloaded",
+                    code="no_healthy_upstream",
+                    headers={"Retry-After": str(max(1, round(d.queue_timeout_s)))},
+                )
+            )
         except _ClientGone as gone:
             outcome = "cancelled"
             return gone.response or web.Response(status=499)  # the connection is gone
@@ -311,11 +418,12 @@ class Gateway:
         raise Failure("http_5xx", str(status), before_first_byte=True)
 
     async def _whole(
-        self, job: Job, up: Upstream, path: str, body: dict[str, Any]
+        self, job: Job, up: Upstream, path: str, body: dict[str, Any], asked: str
     ) -> tuple[web.StreamResponse, str]:
+        """A non-streaming answer: its first byte is its last, so `total_timeout_s` bounds it."""
         sent = self.now()
         try:
-            async with asyncio.timeout(self.config.dispatch.first_byte_timeout_s):
+            async with asyncio.timeout(self.config.dispatch.total_timeout_s):
                 resp = await self._open(job, up, path, body, stream=False)
                 try:
                     raw = await resp.read()
@@ -325,7 +433,7 @@ class Gateway:
             self.pool.succeeded(up)
             return error_response(error), "upstream_4xx"
         except TimeoutError:
-            raise Failure("timeout", "no answer", before_first_byte=True) from None
+            raise _slow("total_timeout_s") from None
         except aiohttp.ClientError as error:
             raise Failure("connect", type(error).__name__, before_first_byte=True) from None
         except asyncio.CancelledError:
@@ -335,9 +443,13 @@ class Gateway:
         self.metrics.first_byte.labels(up.name).observe((self.now() - sent) / 1e9)
         with contextlib.suppress(orjson.JSONDecodeError):
             obj = orjson.loads(raw)
-            counts = usage_counts(obj.get("usage")) if isinstance(obj, dict) else None
-            if counts is not None:
-                self.dispatcher.settle(job, self.now(), *counts)
+            if isinstance(obj, dict):
+                counts = usage_counts(obj.get("usage"))
+                if counts is not None:
+                    self.dispatcher.settle(job, self.now(), *counts)
+                if obj.get("model") != asked:  # what the client asked, never the upstream's
+                    obj["model"] = asked
+                    raw = orjson.dumps(obj)
         return web.Response(body=raw, status=200, content_type="application/json"), "finished"
 
     async def _stream(
@@ -348,7 +460,10 @@ class Gateway:
         path: str,
         body: dict[str, Any],
         usage_on: bool,
+        asked: str,
     ) -> tuple[web.StreamResponse, str]:
+        """A stream: `first_byte_timeout_s` bounds send -> first byte, `idle_timeout_s` each gap
+        between two chunks after it."""
         sent = self.now()
         resp: aiohttp.ClientResponse | None = None
         try:
@@ -361,7 +476,7 @@ class Gateway:
         except TimeoutError:
             if resp is not None:
                 resp.close()
-            raise Failure("timeout", "no first byte", before_first_byte=True) from None
+            raise _slow("first_byte_timeout_s") from None
         except aiohttp.ClientError as error:
             if resp is not None:
                 resp.close()
@@ -376,9 +491,10 @@ class Gateway:
             resp.close()
             raise Failure("mid_stream", "empty body", before_first_byte=True)
         self.metrics.first_byte.labels(up.name).observe((self.now() - sent) / 1e9)
-        events = Events(keep_usage=usage_on)
+        events = Events(keep_usage=usage_on, model=asked)
         response = web.StreamResponse(headers=SSE_HEADERS)
         dispatcher = self.dispatcher
+        idle = self.config.dispatch.idle_timeout_s
         chunk = first
         try:
             await self._write(response.prepare(request))
@@ -390,7 +506,8 @@ class Gateway:
                     await self._write(response.write(out))
                 if events.done:
                     break
-                chunk = await resp.content.readany()
+                async with asyncio.timeout(idle):
+                    chunk = await resp.content.readany()
         except _ClientGone:
             resp.close()
             self.metrics.aborts.labels(up.name).inc()
@@ -400,7 +517,7 @@ class Gateway:
             self.metrics.aborts.labels(up.name).inc()
             raise
         except TimeoutError:
-            return await self._broken(response, resp, up, "idle_timeout")
+            return await self._broken(response, resp, up, "idle_timeout", health=False)
         except aiohttp.ClientError:
             return await self._broken(response, resp, up, "mid_stream")
         if not events.done:
@@ -443,10 +560,12 @@ class Gateway:
         resp: aiohttp.ClientResponse,
         up: Upstream,
         kind: str,
+        health: bool = True,
     ) -> tuple[web.StreamResponse, str]:
-        """The upstream failed after the client saw bytes: one error event, then the end."""
+        """The upstream failed after the client saw bytes: one error event, then the end (a
+        stall, `health=False`, is slow, not broken: it does not count against the upstream)."""
         resp.close()
-        self._failed(up, Failure(kind, kind, before_first_byte=False))
+        self._failed(up, Failure(kind, kind, before_first_byte=False, health=health))
         error = {
             "error": {
                 "message": f"upstream failed mid-stream: {kind}",
@@ -534,7 +653,8 @@ class Gateway:
         healthy = [up.name for up in self.pool.upstreams if up.healthy]
         status = 200 if healthy else 503
         return web.json_response(
-            {"status": "ok" if healthy else "no healthy upstream"}, status=status
+            {"status": "ok" if healthy else "no healthy upstream", "tokenizer": self.tokens.kind},
+            status=status,
         )
 
     async def prometheus(self, request: web.Request) -> web.Response:
@@ -542,6 +662,12 @@ class Gateway:
         self.metrics.depth.set(self.dispatcher.waiting())
         self.metrics.refresh_pool(self.pool, self.now())
         return web.Response(body=self.metrics.render(), content_type="text/plain", charset="utf-8")
+
+
+def _slow(limit: str) -> Failure:
+    """A timeout once the upstream has the request: answered 504, never retried (the work may
+    be under way there), and not held against the upstream's health."""
+    return Failure("timeout", f"{limit} passed", before_first_byte=True, health=False, retry=False)
 
 
 GATEWAY = web.AppKey("gateway", Gateway)

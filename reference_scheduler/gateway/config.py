@@ -21,8 +21,16 @@ slo_classes, max_tokens_limit) plus where admitted requests go:
       probe_interval_s: 1.0            # probe an unhealthy upstream's /health this often
       fail_after: 2                    # consecutive failures that mark an upstream unhealthy
       connect_timeout_s: 2.0
-      first_byte_timeout_s: 120.0      # send -> first body byte (a long prefill is slow)
-      idle_timeout_s: 60.0             # between two body chunks, once streaming
+      first_byte_timeout_s: 120.0      # send -> first body byte of a stream (a long prefill)
+      idle_timeout_s: 60.0             # between two body chunks, once streaming (never before)
+      total_timeout_s: 600.0           # send -> whole answer, for a non-streaming request
+      queue_timeout_s: 5.0             # with no healthy upstream, wait this long, then 503
+    tokenizer: upstream                # estimate (default) | upstream | a tokenizer.json path
+    default_max_tokens: 1024           # injected (and sent upstream) when a request names none
+
+A timeout after the upstream accepted the request is answered 504 and not retried (the upstream
+may still be working on it; a second upstream would do the work twice), and it does not count
+against the upstream's health: slow is not broken.
 
 The gateway cannot preempt a request that runs on an upstream (its work would be lost), so
 `scheduler.preemption` must stay `none`; an engine's own priority scheduling (vLLM's
@@ -90,11 +98,15 @@ class DispatchSpec(BaseModel):
     connect_timeout_s: float = Field(2.0, gt=0, allow_inf_nan=False)
     first_byte_timeout_s: float = Field(120.0, gt=0, allow_inf_nan=False)
     idle_timeout_s: float = Field(60.0, gt=0, allow_inf_nan=False)
+    total_timeout_s: float = Field(600.0, gt=0, allow_inf_nan=False)
+    queue_timeout_s: float = Field(5.0, gt=0, allow_inf_nan=False)
 
 
 class GatewaySpec(ServerSpec):
     upstreams: list[UpstreamSpec] = Field(min_length=1)
     dispatch: DispatchSpec = Field(default_factory=DispatchSpec)
+    tokenizer: str = Field("estimate", min_length=1)
+    default_max_tokens: int = Field(1024, ge=1)
 
 
 class GatewayConfig:
@@ -130,6 +142,21 @@ def parse_gateway_config(data: Any) -> GatewayConfig:
     for i, up in enumerate(spec.upstreams):
         if up.api_key_env is not None and not os.environ.get(up.api_key_env):
             problems.append(f"upstreams[{i}].api_key_env: environment variable is not set")
+    if spec.tokenizer not in ("estimate", "upstream"):
+        try:
+            from tokenizers import Tokenizer
+
+            Tokenizer.from_file(spec.tokenizer)
+        except Exception:  # any unreadable file gets the same answer
+            problems.append(
+                f"tokenizer: cannot read a tokenizer.json at {spec.tokenizer!r}; use estimate, "
+                "upstream (the engine's /tokenize) or the path of a tokenizer.json"
+            )
+    if spec.default_max_tokens > server.spec.max_tokens_limit:
+        problems.append(
+            f"default_max_tokens: {spec.default_max_tokens} is above max_tokens_limit "
+            f"({server.spec.max_tokens_limit}); lower it or raise the limit"
+        )
     names = [spec_.name or f"u{i}" for i, spec_ in enumerate(spec.upstreams)]
     if len(names) != len(set(names)):
         problems.append("upstreams: two upstreams share a name")

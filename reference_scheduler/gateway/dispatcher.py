@@ -8,8 +8,9 @@ calls, so a policy cannot tell a simulated replica from a vLLM behind the gatewa
   room (pool.py), charges the prompt as prefill at dispatch (`Engine._start` does the same at
   admission) and places the job on the least loaded upstream;
 - `charge_decode` charges output tokens as they stream back, and `settle` tops the charges up to
-  the upstream's own `usage` counts once it reports them (the prompt was estimated with the
-  reference tokenizer; charges only ever grow, so a policy never sees service taken back);
+  the upstream's own `usage` counts once it reports them (the prompt was counted before
+  admission by gateway/tokens.py, maybe estimated; charges only ever grow, so a policy never
+  sees service taken back);
 - `finish` releases: the upstream slot and `policy.release`, or `policy.remove` for a job still
   waiting. It is idempotent, so every exit path of a handler may call it.
 A job that fails before its first byte leaves its upstream's slot and waits in the retry queue,
@@ -127,7 +128,13 @@ class Dispatcher:
             self.policy.charge(job, now_ns, 0, n)
 
     def settle(self, job: Job, now_ns: int, prompt_tokens: int, completion_tokens: int) -> None:
-        """Top charges up to the upstream's usage report (never down); called once per answer."""
+        """Top charges (and the token budget the job holds) up to the upstream's usage report,
+        never down; called once per answer."""
+        if job.status == "running":
+            more = prompt_tokens + job.max_tokens - job.blocks
+            if more > 0:
+                self.pool.upstreams[job.replica].inflight_tokens += more
+                job.blocks += more
         prefill = max(0, prompt_tokens - job.prompt_tokens)
         decode = max(0, completion_tokens - job.generated)
         job.generated += decode

@@ -24,10 +24,20 @@ SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 class Failure(Exception):
     """An attempt on one upstream that failed. `before_first_byte`: the client has seen nothing,
     so another upstream may be tried; `health`: it counts against the upstream's health (an
-    overloaded answer does not: the upstream is alive, just full)."""
+    overloaded answer does not: the upstream is alive, just full); `retry`: another upstream may
+    take it (False once this one accepted the request and may be working on it)."""
 
-    def __init__(self, kind: str, detail: str, *, before_first_byte: bool, health: bool = True):
+    def __init__(
+        self,
+        kind: str,
+        detail: str,
+        *,
+        before_first_byte: bool,
+        health: bool = True,
+        retry: bool = True,
+    ):
         super().__init__(detail)
+        self.retry = retry
         self.kind = kind
         self.detail = detail
         self.before_first_byte = before_first_byte
@@ -63,11 +73,13 @@ class Events:
     the usage-only chunk when the client did not ask for usage. Afterwards `tokens` says how
     many content chunks were seen in it (a token each, as vLLM streams them; `usage` corrects
     the count at the end), `usage` holds the last usage report, `done` whether `[DONE]` came, and
-    `error` the first in-stream error object."""
+    `error` the first in-stream error object. With `model`, each event's `model` is rewritten to
+    it (the name the client asked for, not the upstream's)."""
 
-    __slots__ = ("_rest", "done", "error", "keep_usage", "tokens", "usage")
+    __slots__ = ("_model", "_rest", "done", "error", "keep_usage", "tokens", "usage")
 
-    def __init__(self, keep_usage: bool) -> None:
+    def __init__(self, keep_usage: bool, model: str | None = None) -> None:
+        self._model = model
         self._rest = b""
         self.keep_usage = keep_usage
         self.tokens = 0
@@ -86,14 +98,15 @@ class Events:
             return b""
         self._rest = data[end + 2 :]
         whole = data[: end + 2]
-        dropped = False
+        changed = False
         kept: list[bytes] = []
         for event in whole.split(b"\n\n")[:-1]:
-            if self._read(event):
-                kept.append(event)
-            else:
-                dropped = True
-        if not dropped:
+            out = self._read(event)
+            if out is not event:
+                changed = True
+            if out is not None:
+                kept.append(out)
+        if not changed:
             return whole
         return b"".join(e + b"\n\n" for e in kept)
 
@@ -102,23 +115,29 @@ class Events:
         """Bytes of an unfinished event are held (the stream must not end here)."""
         return bool(self._rest.strip())
 
-    def _read(self, event: bytes) -> bool:
-        """Read one event; False if it is not to be forwarded."""
+    def _read(self, event: bytes) -> bytes | None:
+        """Read one event: the event itself to forward it as it is, other bytes to forward
+        instead (the model renamed), None to drop it."""
         payload = b""
         for line in event.split(b"\n"):
             if line.startswith(b"data:"):
                 payload += line[5:].lstrip(b" ")
         if not payload:
-            return True  # comments, keep-alives, other fields: passed through untouched
+            return event  # comments, keep-alives, other fields: passed through untouched
         if payload == b"[DONE]":
             self.done = True
-            return True
+            return event
         try:
             obj = orjson.loads(payload)
         except orjson.JSONDecodeError:
-            return True  # not ours to judge; the client sees what the engine sent
+            return event  # not ours to judge; the client sees what the engine sent
         if not isinstance(obj, dict):
-            return True
+            return event
+        out = event
+        model = self._model
+        if model is not None and "model" in obj and obj["model"] != model:
+            obj["model"] = model
+            out = b"data: " + orjson.dumps(obj)
         if "error" in obj and self.error is None:
             self.error = obj["error"]
         usage = obj.get("usage")
@@ -127,7 +146,7 @@ class Events:
         choices = obj.get("choices")
         if isinstance(choices, list):
             if not choices:
-                return self.keep_usage or usage is None
+                return out if self.keep_usage or usage is None else None
             for choice in choices:
                 if not isinstance(choice, dict):
                     continue
@@ -135,7 +154,7 @@ class Events:
                 text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
                 if text:
                     self.tokens += 1
-        return True
+        return out
 
 
 def usage_counts(usage: Any) -> tuple[int, int] | None:

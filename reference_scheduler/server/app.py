@@ -33,6 +33,7 @@ from reference_scheduler.server.requests import (
     invalid,
     json_object,
     max_tokens_of,
+    n_of,
     prompt_of_chat,
     prompt_of_completion,
     slo_class_of,
@@ -119,6 +120,7 @@ class Api:
             body = await self.body_of(request)
             prompt = prompt_of_chat(body) if chat else prompt_of_completion(body)
             max_tokens = self._max_tokens(body)
+            n_of(body, 1)  # one choice per request: a 400 that says so, never a silent one
             stream_on, usage_on = stream_flags(body)
             job = self._job(tenant, cls, prompt, max_tokens)
         except BadRequest as error:

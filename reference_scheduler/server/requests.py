@@ -57,14 +57,33 @@ def json_object(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def max_tokens_of(body: dict[str, Any], limit: int) -> int:
-    value = body.get("max_tokens", body.get("max_completion_tokens", 16))
+def max_tokens_of(body: dict[str, Any], limit: int, default: int = 16) -> int:
+    """The output cap as vLLM reads it: `max_completion_tokens` over `max_tokens` (OpenAI's newer
+    name wins when both are given), `default` when neither is."""
+    newer = body.get("max_completion_tokens") is not None
+    name = "max_completion_tokens" if newer else "max_tokens"
+    value = body.get(name)
+    if value is None:
+        return default
     if isinstance(value, bool) or not isinstance(value, int):
-        raise invalid("max_tokens must be an integer.", "max_tokens")
+        raise invalid(f"{name} must be an integer.", name)
     if value < 1 or value > limit:
+        raise invalid(f"{name} must be between 1 and {limit}, got {value}.", name)
+    return value
+
+
+def n_of(body: dict[str, Any], most: int) -> int:
+    """How many choices the request asks for (`n`, default 1), at most `most`."""
+    value = body.get("n")
+    if value is None:
+        return 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise invalid("n must be a positive integer.", "n")
+    if value > most:
         raise invalid(
-            f"max_tokens must be between 1 and {limit}, got {value}.",
-            "max_tokens",
+            f"n must be at most {most} here, got {value}"
+            + (": this server returns one choice per request." if most == 1 else "."),
+            "n",
         )
     return value
 
