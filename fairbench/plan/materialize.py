@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fairbench.plan.model import COLUMNS, ENDPOINTS, Plan
+from fairbench.plan.model import COLUMNS, ENDPOINTS, SESSION_COLUMNS, Plan
+from fairbench.plan.sessions import expand_sessions, number_sessions
 from fairbench.workload.arrivals import arrival_times, rate_function
 from fairbench.workload.lengths import sample_lengths
 from fairbench.workload.scenario import ConstantDist, Scenario, ScenarioError, Tenant, TraceArrival
@@ -155,7 +156,22 @@ def _fill(
             group = rng.choice(wl.prefix.groups, size=m, p=p / p.sum())
             out["prefix_group"][rows] = np.where(has, group, -1)
             out["prefix_tokens"][rows] = np.where(has, np.minimum(wl.prefix.tokens, prompt), 0)
+    if _has_sessions(scn):
+        # a trace's rows are replayed as they are (sessions from a trace's conversation ids
+        # are not read yet): only synthetic arrivals open sessions
+        coded = [
+            (workload_codes.index(name), scn.workloads[name])
+            for name in names
+            if part.prompt is None
+        ]
+        out = expand_sessions(
+            out, coded, lambda purpose, w: _stream(seed, index, purpose, w), index
+        )
     return out
+
+
+def _has_sessions(scn: Scenario) -> bool:
+    return any(wl.session is not None for wl in scn.workloads.values())
 
 
 def _build(
@@ -254,6 +270,12 @@ def materialize(scn: Scenario, seed: int | None = None, max_requests: int = MAX_
     for name, dtype in COLUMNS.items():
         if name != "offset_ns":
             columns[name] = merged[name][order].astype(dtype)
+    sessions = None
+    if _has_sessions(scn):
+        sessions = {"session_id": number_sessions(merged["session_key"][order])}
+        for name, dtype in SESSION_COLUMNS.items():
+            if name != "session_id":
+                sessions[name] = merged[name][order].astype(dtype)
     blocks = _merge_blocks(parts, order)
     block_tokens = next(iter(scn.traces.values())).block_tokens if scn.traces else 512
     return Plan(
@@ -266,4 +288,5 @@ def materialize(scn: Scenario, seed: int | None = None, max_requests: int = MAX_
         block_tokens=block_tokens,
         seed=seed,
         scenario=scn.name,
+        sessions=sessions,
     )

@@ -8,6 +8,9 @@ digest is part of every run's header.
 Digest format history (`PLAN_FORMAT`):
   1 — sha256 over a JSON header (format, names, block_tokens) and each column's bytes in
       `COLUMNS` order, then the ragged prefix-block ids.
+  A plan with sessions (multi-turn conversations, fairbench.workload.sessions) adds
+  `"sessions": true` to the header and hashes `SESSION_COLUMNS` last; a plan without sessions
+  has neither, so its digest is what it was.
 """
 
 from __future__ import annotations
@@ -40,6 +43,16 @@ COLUMNS: dict[str, str] = {
     "prefix_tokens": "<i4",
     "prompt_seed": "<u8",
 }
+# Only in a plan with sessions. session_id: -1 for a request outside any session; turn: 1 for
+# a session's first; think_ns: after the previous turn completed, before this one is due (its
+# offset_ns is its *earliest* time: the session's arrival plus the think times before it);
+# context_limit: the most prompt tokens sent (0: none). prompt_tokens is the turn's new user text.
+SESSION_COLUMNS: dict[str, str] = {
+    "session_id": "<i8",
+    "turn": "<i4",
+    "think_ns": "<i8",
+    "context_limit": "<i4",
+}
 
 
 @dataclass(frozen=True)
@@ -61,10 +74,17 @@ class PlannedRequest:
     workload_index: int
     block_ids: np.ndarray | None = None
     block_tokens: int = 512
+    session_id: int = -1
+    turn: int = 0
+    think_ns: int = 0
+    context_limit: int = 0
+    # a session turn as sent: the whole prompt (conversation so far + this turn's user text);
+    # prompt_tokens is then its length (fairbench.plan.sessions.as_sent)
+    conversation: np.ndarray | None = None
 
-    def prompt_ids(self, length: int | None = None) -> np.ndarray:
-        """Vocabulary indices of the prompt's words, `length` of them (default prompt_tokens):
-        a shorter prompt is the same prompt cut short, so prefix sharing survives."""
+    def user_ids(self, length: int | None = None) -> np.ndarray:
+        """The words this request itself adds (for a session turn, its new user text),
+        `length` of them (default prompt_tokens)."""
         key = (self.workload_index, self.prefix_group) if self.prefix_group >= 0 else None
         return render_tokens(
             self.prompt_tokens if length is None else length,
@@ -74,6 +94,14 @@ class PlannedRequest:
             block_ids=self.block_ids,
             block_tokens=self.block_tokens,
         )
+
+    def prompt_ids(self, length: int | None = None) -> np.ndarray:
+        """Vocabulary indices of the prompt's words, `length` of them (default prompt_tokens):
+        a shorter prompt is the same prompt cut short, so prefix sharing survives. A session
+        turn as sent renders its whole conversation."""
+        if self.conversation is not None:
+            return self.conversation if length is None else self.conversation[:length]
+        return self.user_ids(length)
 
     def prompt(self) -> str:
         """The prompt text: exactly `prompt_tokens` reference tokens (workload.prompts)."""
@@ -94,9 +122,14 @@ class Plan:
     seed: int = 0
     scenario: str = ""
     digest: str = field(default="", compare=False)
+    sessions: dict[str, np.ndarray] | None = None  # SESSION_COLUMNS, in a plan with sessions
 
     def __post_init__(self) -> None:
         n = len(self.columns["offset_ns"])
+        for name, dtype in SESSION_COLUMNS.items() if self.sessions is not None else ():
+            col = self.sessions.get(name)  # type: ignore[union-attr]
+            if col is None or col.dtype != np.dtype(dtype) or len(col) != n:
+                raise ValueError(f"plan session column {name!r} must be {dtype} of length {n}")
         for name, dtype in COLUMNS.items():
             col = self.columns.get(name)
             if col is None or col.dtype != np.dtype(dtype) or len(col) != n:
@@ -123,12 +156,16 @@ class Plan:
             "block_tokens": self.block_tokens,
             "rows": len(self),
         }
+        if self.sessions is not None:
+            header["sessions"] = True
         h.update(json.dumps(header, sort_keys=True).encode())
         for name, dtype in COLUMNS.items():
             h.update(np.ascontiguousarray(self.columns[name], dtype=dtype).tobytes())
         if self.block_offsets is not None and self.block_values is not None:
             h.update(np.ascontiguousarray(self.block_offsets, dtype="<i8").tobytes())
             h.update(np.ascontiguousarray(self.block_values, dtype="<i8").tobytes())
+        for name, dtype in SESSION_COLUMNS.items() if self.sessions is not None else ():
+            h.update(np.ascontiguousarray(self.sessions[name], dtype=dtype).tobytes())  # type: ignore[index]
         return "sha256:" + h.hexdigest()
 
     def subset(self, rows: np.ndarray) -> Plan:
@@ -152,6 +189,9 @@ class Plan:
             self.block_tokens,
             self.seed,
             self.scenario,
+            sessions=None
+            if self.sessions is None
+            else {k: v[rows] for k, v in self.sessions.items()},
         )
 
     def request(self, i: int) -> PlannedRequest:
@@ -161,6 +201,17 @@ class Plan:
             lo, hi = self.block_offsets[i], self.block_offsets[i + 1]
             blocks = self.block_values[lo:hi] if hi > lo else None
         w = int(c["workload"][i])
+        s = self.sessions
+        session = (
+            {}
+            if s is None
+            else {
+                "session_id": int(s["session_id"][i]),
+                "turn": int(s["turn"][i]),
+                "think_ns": int(s["think_ns"][i]),
+                "context_limit": int(s["context_limit"][i]),
+            }
+        )
         return PlannedRequest(
             request_id=i,
             offset_ns=int(c["offset_ns"][i]),
@@ -177,6 +228,7 @@ class Plan:
             workload_index=w,
             block_ids=blocks,
             block_tokens=self.block_tokens,
+            **session,
         )
 
     def names(self, column: str) -> np.ndarray:
@@ -212,6 +264,8 @@ class Plan:
             arrays["block_ids"] = pa.ListArray.from_arrays(
                 pa.array(self.block_offsets.astype(np.int32)), pa.array(self.block_values)
             )
+        for name in SESSION_COLUMNS if self.sessions is not None else ():
+            arrays[name] = pa.array(self.sessions[name])  # type: ignore[index]
         meta = {
             "fairbench.plan_format": str(PLAN_FORMAT),
             "fairbench.plan_digest": self.digest,
@@ -270,6 +324,12 @@ def load_plan(path: str | Path) -> Plan:
         lists = table.column("block_ids").combine_chunks()
         offsets = lists.offsets.to_numpy().astype(np.int64)
         values = lists.values.to_numpy().astype(np.int64)
+    sessions = None
+    if "session_id" in table.column_names:
+        sessions = {
+            name: table.column(name).to_numpy().astype(dtype)
+            for name, dtype in SESSION_COLUMNS.items()
+        }
     plan = Plan(
         columns=columns,
         tenants=tuple(names["tenant"]),
@@ -280,6 +340,7 @@ def load_plan(path: str | Path) -> Plan:
         block_tokens=int(meta.get("fairbench.block_tokens", 512)),
         seed=int(meta.get("fairbench.seed", 0)),
         scenario=meta.get("fairbench.scenario", ""),
+        sessions=sessions,
     )
     if plan.digest != meta["fairbench.plan_digest"]:
         raise ValueError(f"{path}: plan digest mismatch (file altered or written by a bug)")

@@ -230,6 +230,10 @@ def cut_offs(plan: Plan, scn: Scenario) -> tuple[int, int]:
 def run_sim(plan: Plan, scn: Scenario) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Simulate the plan in virtual time, honouring `run.timeout` and `run.grace` as a live run
     does; the info names the set-up and carries the scheduler's warnings."""
+    if plan.sessions is not None:  # multi-turn: closed loop inside each session
+        from fairbench.targets.sim_sessions import run_sim_sessions
+
+        return run_sim_sessions(plan, scn)
     config = parse_scheduler_config(scn.scheduler)
     block_size = config.spec.block_size if config.spec.prefix_cache else None
     timeout_ns, stop_ns = cut_offs(plan, scn)

@@ -128,6 +128,50 @@ class Prefix(_Model):
     share: Finite = Field(1.0, ge=0, le=1)
 
 
+class ConstantTime(_Model):
+    dist: Literal["constant"]
+    value: NonNegSeconds
+
+
+class ExponentialTime(_Model):
+    dist: Literal["exponential"]
+    mean: PositiveSeconds
+
+
+class UniformTime(_Model):
+    """Seconds uniform on [low, high]."""
+
+    dist: Literal["uniform"]
+    low: NonNegSeconds
+    high: NonNegSeconds
+
+    @model_validator(mode="after")
+    def _order(self) -> UniformTime:
+        if self.high < self.low:
+            raise ValueError(f"high ({self.high}) must be >= low ({self.low})")
+        return self
+
+
+TimeDist = Annotated[ConstantTime | ExponentialTime | UniformTime, Field(discriminator="dist")]
+
+
+class Session(_Model):
+    """A workload whose requests are conversations (fairbench.workload.sessions): the arrival
+    process is of sessions; each has `turns` turns, turn k+1 sent `think_time` after turn k
+    completed, its prompt the conversation so far (earlier prompts and outputs) plus the new
+    user text (the workload's `prompt_tokens`). Past `context_limit` prompt tokens the oldest
+    are dropped (vLLM's `truncate_prompt_tokens`: the last `context_limit` tokens are kept)."""
+
+    turns: LengthDist
+    think_time: TimeDist = Field(
+        default_factory=lambda: ConstantTime(dist="constant", value=0.0),
+        description="after a turn completes, before the next is due",
+    )
+    context_limit: int | None = Field(
+        None, ge=1, description="most prompt tokens sent; older ones are dropped"
+    )
+
+
 class Workload(_Model):
     endpoint: Literal["chat", "completions", "embeddings"] = "chat"
     stream: bool | None = Field(None, description="default: true, false for embeddings")
@@ -138,6 +182,7 @@ class Workload(_Model):
     prefix: Prefix | None = None
     slo_class: str | None = Field(None, description="overrides the tenant's class")
     model: str | None = None
+    session: Session | None = Field(None, description="multi-turn conversations")
 
 
 # ---------------------------------------------------------------- arrival processes

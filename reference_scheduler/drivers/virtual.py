@@ -18,12 +18,17 @@ does the same when the client disconnects), so it stops holding a batch slot and
 instant the order is: arrivals, then timeouts, then the stop, then step ends (a cancellation at
 a step boundary frees its capacity for the step that starts there). A job whose last token
 comes at or before its cut-off finished in time.
+
+Sessions (closed loop inside a session, open across sessions): with `follow`, each job that
+finishes is offered to it, and the job it returns (a session's next turn, its arrival set to
+this job's done time plus the think time) joins the arrivals then. A job that did not finish
+releases nothing. Released jobs are timed out and stopped like the others.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -129,15 +134,20 @@ def simulate(
     trace: bool = False,
     timeout_ns: int | None = None,
     stop_ns: int | None = None,
+    follow: Callable[[Job], Job | None] | None = None,
 ) -> SimResult:
     """Run `jobs` (sorted by arrival_ns) through the configured engine in virtual time.
 
     `timeout_ns`: each job is cancelled that long after its arrival unless finished by then;
-    `stop_ns`: every job still live at that instant is cancelled and the simulation ends."""
+    `stop_ns`: every job still live at that instant is cancelled and the simulation ends;
+    `follow(job)`: a finished job's successor, or None (sessions; see the module's docstring).
+    Released jobs are not in the result's `jobs`: the caller holds them."""
     jobs = list(jobs)
     if config.spec.disaggregation is not None:  # a prefill pool and a decode pool
         from reference_scheduler.drivers.disaggregated import simulate_disaggregated
 
+        if follow is not None:
+            raise ValueError("scheduler.disaggregation: sessions run colocated only, for now")
         return simulate_disaggregated(jobs, config, timeout_ns, stop_ns)
     engine = make_engine(config)  # scheduler.engine: reference or vllm
     policy = engine.policy
@@ -159,6 +169,17 @@ def simulate(
         for job in res.finished:  # type: ignore[attr-defined]
             log.append((res.end_ns, "finish", job.id, r))  # type: ignore[attr-defined]
 
+    released: list[tuple[int, int, Job]] = []  # (arrival, id, job) offered by `follow`
+    late: list[tuple[int, int, Job]] = []  # (timeout due, id, job) of released jobs submitted
+    joined: list[Job] = []  # released jobs submitted, for the stop
+
+    def finished(res: object) -> None:
+        assert follow is not None
+        for job in res.finished:  # type: ignore[attr-defined]
+            nxt = follow(job)
+            if nxt is not None:
+                heappush(released, (nxt.arrival_ns, nxt.id, nxt))
+
     def kick(now: int) -> None:
         """Start a step on idle replicas while the queue may have work for them."""
         tried = []
@@ -170,6 +191,8 @@ def simulate(
                 break  # the policy holds its jobs back (tier ceiling): no idle replica helps
             if log is not None:
                 record(res, r)
+            if follow is not None:
+                finished(res)
             heappush(running, (res.end_ns, r))
         for r in tried:
             heappush(idle, r)
@@ -182,13 +205,19 @@ def simulate(
     d = 0  # next job whose timeout is due (arrivals are sorted, so deadlines are too)
     never = 1 << 62
     stop_at = never if stop_ns is None else stop_ns
-    while i < n or running:
-        t_arrive = jobs[i].arrival_ns if i < n else never
+    while i < n or running or released:
+        t_list = jobs[i].arrival_ns if i < n else never
+        t_arrive = min(t_list, released[0][0]) if released else t_list
         t_step = running[0][0] if running else never
         t_due = jobs[d].arrival_ns + timeout_ns if timeout_ns is not None and d < i else never
+        if late and late[0][0] < t_due:
+            t_due = late[0][0]
         if t_due < t_arrive and t_due <= stop_at and t_due <= t_step:
-            job = jobs[d]
-            d += 1
+            if late and late[0][0] == t_due:
+                job = heappop(late)[2]
+            else:
+                job = jobs[d]
+                d += 1
             now = t_due
             if job.status in live:
                 cancel(job, now)
@@ -197,15 +226,24 @@ def simulate(
             continue
         if stop_at < t_arrive and stop_at <= t_step:
             now = stop_at
-            for job in jobs[:i]:
+            for job in jobs[:i] + joined:
                 if job.status in live:
                     cancel(job, now)
                     if log is not None:
                         log.append((now, "cancel", job.id, job.replica))
             break
-        if i < n and (not running or jobs[i].arrival_ns <= running[0][0]):
-            job = jobs[i]
-            i += 1
+        if t_arrive < never and (not running or t_arrive <= running[0][0]):
+            head = released[0] if released else None
+            if head is not None and (
+                t_list > head[0] or (t_list == head[0] and jobs[i].id > head[1])
+            ):
+                job = heappop(released)[2]
+                joined.append(job)
+                if timeout_ns is not None:
+                    heappush(late, (job.arrival_ns + timeout_ns, job.id, job))
+            else:
+                job = jobs[i]
+                i += 1
             now = job.arrival_ns
             verdict = engine.submit(job, now)
             if log is not None:
@@ -221,6 +259,8 @@ def simulate(
             continue
         if log is not None:
             record(res, r)
+        if follow is not None:
+            finished(res)
         heappush(running, (res.end_ns, r))
         if res.finished and idle and len(policy):
             kick(now)

@@ -1,0 +1,55 @@
+"""Multi-turn sessions: what a conversation's turns are made of, decided from the scenario.
+
+Why a module of its own: a session turns one arrival into several requests whose send times
+depend on each other (turn k+1 is due when turn k completed plus a think time), and whose prompts
+grow with the conversation. Everything that can be decided up front is decided here, from named
+random streams: how many turns, each turn's think time, each turn's new user text (a prompt
+recipe) and output length. What cannot — when a turn completes, how many tokens it returned —
+is read at run time, and the prompt is rebuilt from it by `conversation_ids`.
+
+The conversation rule (one rule, used live and in the simulator):
+turn k's prompt = turn 1's user text, turn 1's output, …, turn k−1's output, turn k's user
+text, each rendered exactly (an output of n tokens as n words derived from its turn's seed), so
+turn k's prompt begins with turn k−1's whole prompt and output and a prefix cache sees real
+hits. Past `context_limit` tokens the oldest are dropped and the last `context_limit` kept:
+vLLM's `truncate_prompt_tokens` rule.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fairbench.workload.models import ConstantTime, ExponentialTime, TimeDist, UniformTime
+from fairbench.workload.prompts import _words
+
+__all__ = ["conversation_ids", "output_ids", "sample_seconds", "truncate"]
+
+_OUTPUT_DOMAIN = 0x07E7_0017  # a domain of its own: no output shares words with a prompt seed
+
+
+def sample_seconds(dist: TimeDist, rng: np.random.Generator, n: int) -> np.ndarray:
+    """`n` durations in seconds from `dist` (all >= 0)."""
+    if isinstance(dist, ConstantTime):
+        return np.full(n, float(dist.value))
+    if isinstance(dist, ExponentialTime):
+        return rng.exponential(dist.mean, size=n)
+    if isinstance(dist, UniformTime):
+        return rng.uniform(dist.low, dist.high, size=n)
+    raise TypeError(f"unknown time distribution {dist!r}")  # pragma: no cover - schema
+
+
+def output_ids(prompt_seed: int, n: int) -> np.ndarray:
+    """The words standing for a turn's `n` output tokens: fixed by the turn's seed, so the live
+    generator and the simulator render the same conversation from the same token counts."""
+    return _words((_OUTPUT_DOMAIN, int(prompt_seed)), max(int(n), 0))
+
+
+def truncate(ids: np.ndarray, limit: int) -> np.ndarray:
+    """The last `limit` ids (vLLM's truncate_prompt_tokens); all of them if `limit` <= 0."""
+    return ids[-limit:] if 0 < limit < len(ids) else ids
+
+
+def conversation_ids(history: list[np.ndarray], user: np.ndarray, limit: int) -> np.ndarray:
+    """Turn k's prompt: the conversation so far (`history`: turn 1's user ids, its output ids,
+    …) then this turn's user ids, truncated to `limit` (0: no limit)."""
+    return truncate(np.concatenate([*history, user]) if history else user, limit)
