@@ -233,7 +233,7 @@ def run_sim(plan: Plan, scn: Scenario) -> tuple[list[dict[str, Any]], dict[str, 
     if plan.sessions is not None:  # multi-turn: closed loop inside each session
         from fairbench.targets.sim_sessions import run_sim_sessions
 
-        return run_sim_sessions(plan, scn)
+        return run_sim_sessions(plan, scn, plan_jobs, records_from)
     config = parse_scheduler_config(scn.scheduler)
     block_size = config.spec.block_size if config.spec.prefix_cache else None
     timeout_ns, stop_ns = cut_offs(plan, scn)

@@ -15,13 +15,13 @@ session's later turns is recorded once, `cancelled`, saying which turn ended it.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from fairbench.plan.model import Plan
 from fairbench.plan.sessions import Conversation
-from fairbench.targets.sim import block_hashes, cut_offs, plan_jobs, records_from
 from fairbench.workload.scenario import Scenario
 from reference_scheduler.core.job import Job
 from reference_scheduler.drivers.virtual import SimResult, simulate
@@ -116,29 +116,34 @@ class _Due:
         self.names = plan.names
 
 
-def run_sim_sessions(plan: Plan, scn: Scenario) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def run_sim_sessions(
+    plan: Plan,
+    scn: Scenario,
+    plan_jobs: Callable[..., list[Job]],
+    records_from: Callable[..., list[dict[str, Any]]],
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """`run_sim` for a plan with sessions: the same records, one per planned request, each with
-    session_id and turn, its prompt_tokens the whole prompt as sent."""
+    session_id and turn, its prompt_tokens the whole prompt as sent. `plan_jobs` and
+    `records_from` are fairbench.targets.sim's (passed in: the two modules do not import each
+    other), so jobs and records follow the one rule of the sim target.
+
+    No grace period cuts the run: the grace starts after the last send, which with sessions is
+    known only at the end, and every turn ends by its own `run.timeout`."""
     assert plan.sessions is not None
     config = parse_scheduler_config(scn.scheduler)
     block_size = config.spec.block_size if config.spec.prefix_cache else None
-    timeout_ns, _ = cut_offs(plan, scn)
+    timeout_ns = round(scn.run.timeout * 1e9)
     delay_ns = round(config.profile.request_overhead_ms * 1e6)
-    planned = plan_jobs(plan, scn, None, delay_ns)
+    planned = plan_jobs(plan, scn, block_size, delay_ns)  # hashes of requests outside sessions
     turn = plan.sessions["turn"]
     state = _Sessions(plan, [j if turn[j.id] <= 1 else None for j in planned], block_size, delay_ns)  # type: ignore[misc]
     opening = [state.first(j) for j in planned if turn[j.id] <= 1]
-    if block_size is not None:
-        for job in opening:
-            if turn[job.id] == 0:  # outside any session: the plan's own block ids
-                job.block_hashes = block_hashes(plan, job.id, block_size)
     result = simulate(
         opening,
         config,
-        timeout_ns=None if timeout_ns is None else max(0, timeout_ns - delay_ns),
+        timeout_ns=max(0, timeout_ns - delay_ns),
         follow=state.follow,
     )
-    # the grace starts after the last send; every job here ends by its own timeout
     placeholder = Job(-1, "", "", 0, 0, 0)
     jobs = [j if j is not None else placeholder for j in state.jobs]
     full = SimResult(jobs, result.decode_ends, result.end_ns, result.steps, None)
