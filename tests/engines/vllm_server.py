@@ -22,19 +22,26 @@ from pathlib import Path
 
 
 def engine_python() -> str:
-    """The engine venv's python from FAIRBENCH_VLLM_PYTHON, or skip the test saying why."""
+    """The engine venv's python from FAIRBENCH_VLLM_PYTHON, or skip the test saying why; where
+    FAIRBENCH_REQUIRE_ENGINE=1 (CI sets it: .ci/run), fail instead, so a broken engine path can
+    never land green."""
     import pytest
 
     python = os.environ.get("FAIRBENCH_VLLM_PYTHON", "")
+    why = ""
     if not python:
-        pytest.skip(
+        why = (
             "no real vLLM: FAIRBENCH_VLLM_PYTHON is not set "
             "(run tests/engines/setup_vllm_cpu.sh and export what it prints; .ci/run does)"
         )
-    if python.startswith("unavailable:"):
-        pytest.skip(f"no real vLLM: the engine could not be installed here ({python})")
-    if not Path(python).is_file():
-        pytest.skip(f"no real vLLM: FAIRBENCH_VLLM_PYTHON={python} does not exist")
+    elif python.startswith("unavailable:"):
+        why = f"no real vLLM: the engine could not be installed here ({python})"
+    elif not Path(python).is_file():
+        why = f"no real vLLM: FAIRBENCH_VLLM_PYTHON={python} does not exist"
+    if why and os.environ.get("FAIRBENCH_REQUIRE_ENGINE") == "1":
+        pytest.fail(f"{why}; FAIRBENCH_REQUIRE_ENGINE=1 says an engine test may not skip here")
+    if why:
+        pytest.skip(why)
     return python
 
 
