@@ -78,7 +78,7 @@ def why_none(summary: dict[str, Any], name: str) -> str:
     if name in ("jain_backlogged", "jain_backlogged_min"):
         return (fair.get("jain_windows") or {}).get("reason") or "no contended window"
     if name == "isolation":
-        return "no solo arm"
+        return fair.get("isolation_skipped") or "no solo arm"
     if name in ("worst_slowdown_ratio", "jain_slowdown"):
         return "fewer than two tenants"
     return "no value"

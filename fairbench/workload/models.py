@@ -460,6 +460,17 @@ class HealthSpec(_Model):
     min_rate_ratio: Finite = Field(0.99, gt=0, le=1)
 
 
+class AnalysisSpec(_Model):
+    """What the analysis adds beyond the records (fairbench.analysis.isolation)."""
+
+    isolation: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="isolation's solo arms (one more simulation per tenant, of its requests "
+        "alone; sim targets only): `on` runs them, `off` skips them, `auto` runs them up to "
+        "100,000 planned requests; the summary says when they were skipped",
+    )
+
+
 class Scenario(_Model):
     name: str = Field("scenario", pattern=r"^[A-Za-z0-9_.-]+$")
     description: str = ""
@@ -471,6 +482,7 @@ class Scenario(_Model):
     target: TargetSpec = Field(default_factory=TargetSpec)
     scheduler: dict[str, Any] = Field(default_factory=dict)
     health: HealthSpec = Field(default_factory=HealthSpec)
+    analysis: AnalysisSpec = Field(default_factory=AnalysisSpec)
 
     def slo_class_of(self, tenant: Tenant, workload: str) -> str:
         return self.workloads[workload].slo_class or tenant.slo_class
