@@ -16,17 +16,19 @@ candidate) and returns, all from the records alone:
   component's growth is the candidate's tail mean minus the baseline's (ms) with a 95% bootstrap
   interval (tail requests resampled, runs independent).
 - `causes`, ranked by share of the tail's growth, each with its evidence:
-  - `kv_transfer_variance`: the growth in KV transfer plus decode wait;
-  - `priority_without_fairness`: queue wait (and prefill) growth spent behind requests that
-    arrived later and overtook (a policy serving one tenant's burst first);
-  - `slo_mismatch`: queue wait growth spent behind long prompts that arrived earlier (one FIFO
+  - `kv_transfer_variance`: the growth in KV transfer, plus the decode wait's growth that the
+    policy causes below do not account for;
+  - `priority_without_fairness`: waiting growth (queue, prefill, decode wait) spent behind
+    requests that arrived later and overtook (a policy serving one tenant's burst first);
+  - `slo_mismatch`: waiting growth spent behind long prompts that arrived earlier (one FIFO
     shared by short and long requests: head-of-line blocking);
   - `capacity`: the offered work (tokens per second of ok requests) rose;
   - `within_noise`: the shift's interval holds 0; it then ranks first, whatever the rest say.
 
-A tail request's queue wait is split between "overtaken" and "blocked" in proportion to the
-prompt tokens admitted while it waited (from the other records' admission times, arrival +
-queue time) by overtakers and by earlier long prompts (≥ 4× the run's median prompt); the rest
+A tail request's waits (the queue's, and the decode pool's from its KV's arrival) are split
+between "overtaken" and "blocked" in proportion to the prompt tokens admitted while it waited
+(from the other records' admission times) by overtakers and by earlier long prompts (≥ 4× the
+run's median prompt); the rest
 of its wait is neither. Pure: frames in, a dict out.
 """
 
@@ -179,29 +181,35 @@ def _tail(run: Run) -> np.ndarray:
 
 
 def _wait_split(run: Run, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per tail request, its queue wait spent overtaken (by later arrivals) and blocked (behind
-    earlier long prompts), in proportion to the prompt tokens admitted while it waited."""
-    arrive = run.col("t_intended_ns")
+    """Per tail request, its waits spent overtaken (by later arrivals) and blocked (behind
+    earlier long prompts), in proportion to the prompt tokens admitted while it waited: its queue
+    wait in the (prefill) pool, and its decode wait in the decode pool (arrival there: its KV's)."""
+    sent = run.col("t_intended_ns")
     queue = np.nan_to_num(run.col("queue_time_ns"))
-    admit = arrive + queue
+    prefill = np.nan_to_num(run.col("prefill_ns"))
+    kv = np.nan_to_num(run.col("kv_transfer_ns"))
+    wait = np.nan_to_num(run.col("decode_wait_ns"))
     prompt = run.col("prompt_tokens")
     has = run.df["queue_time_ns"].notna().to_numpy()
     long_cut = 4 * float(np.median(prompt)) if len(prompt) else math.inf
+    at_decode = sent + queue + prefill + kv
     over = np.zeros(len(rows))
     block = np.zeros(len(rows))
-    for k, i in enumerate(rows):
-        if queue[i] <= 0:
-            continue
-        during = has & (admit > arrive[i]) & (admit <= admit[i])
-        during[i] = False
-        tokens = prompt[during]
-        total = tokens.sum()
-        if total <= 0:
-            continue
-        later = arrive[during] > arrive[i]
-        longer = (~later) & (tokens >= long_cut)
-        over[k] = queue[i] * tokens[later].sum() / total
-        block[k] = queue[i] * tokens[longer].sum() / total
+    for arrive, waited in ((sent, queue), (at_decode, wait)):
+        admit = arrive + waited
+        for k, i in enumerate(rows):
+            if waited[i] <= 0:
+                continue
+            during = has & (admit > arrive[i]) & (admit <= admit[i])
+            during[i] = False
+            tokens = prompt[during]
+            total = tokens.sum()
+            if total <= 0:
+                continue
+            later = arrive[during] > arrive[i]
+            longer = (~later) & (tokens >= long_cut)
+            over[k] += waited[i] * tokens[later].sum() / total
+            block[k] += waited[i] * tokens[longer].sum() / total
     return over, block
 
 
@@ -277,16 +285,20 @@ def explain(
     d_over = float(over_b.mean() - over_a.mean()) if len(ta) and len(tb) else 0.0
     d_block = float(block_b.mean() - block_a.mean()) if len(ta) and len(tb) else 0.0
     growth = sum(max(v, 0.0) for v in delta.values() if math.isfinite(v))
-    queueing = max(delta["queue"], 0.0) + max(delta["prefill"], 0.0)
     pos_over, pos_block = max(d_over, 0.0), max(d_block, 0.0)
+    # waiting growth behind overtakers or long prompts (either pool) goes to the policy causes;
+    # the rest of the decode wait's growth, with the transfer's, to the KV link
+    waiting = max(delta["queue"], 0.0) + max(delta["prefill"], 0.0) + max(delta["decode_wait"], 0)
+    policy_part = min(pos_over + pos_block, waiting)
     split = pos_over + pos_block
     load_a, load_b = _offered(a), _offered(b)
     load_rise = load_b / load_a - 1 if load_a > 0 else 0.0
     rel = moved["relative"] or 0.0
     scores = {
-        "kv_transfer_variance": max(delta["kv_transfer"], 0.0) + max(delta["decode_wait"], 0.0),
-        "priority_without_fairness": queueing * pos_over / split if split > 0 else 0.0,
-        "slo_mismatch": queueing * pos_block / split if split > 0 else 0.0,
+        "kv_transfer_variance": max(delta["kv_transfer"], 0.0)
+        + max(max(delta["decode_wait"], 0.0) - policy_part, 0.0),
+        "priority_without_fairness": policy_part * pos_over / split if split > 0 else 0.0,
+        "slo_mismatch": policy_part * pos_block / split if split > 0 else 0.0,
     }
     shares = {k: (v / growth if growth > 0 else 0.0) for k, v in scores.items()}
     # capacity: the offered work's rise against the shift (a rise as large as the shift: all)
