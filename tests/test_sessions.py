@@ -6,6 +6,7 @@ rising with turns; a turn that did not finish cancels the rest of its session, o
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -181,7 +182,7 @@ def test_the_context_limit_keeps_the_last_tokens() -> None:
 
 def sim_rows(scn: Any) -> tuple[Any, list[dict[str, Any]]]:
     plan = materialize(scn)
-    rows, info = run_sim(plan, scn)
+    rows, _info = run_sim(plan, scn)
     assert check_accounting(len(plan), rows).holds
     assert len(rows) == len(plan)
     return plan, sorted(rows, key=lambda r: r["request_id"])
@@ -193,7 +194,7 @@ def test_sim_sends_turn_k_plus_1_only_after_turn_k_completed_plus_think_time() -
     think = plan.sessions["think_ns"]
     checked = 0
     for session_rows in by_session(plan).values():
-        for prev, row in zip(session_rows, session_rows[1:], strict=False):
+        for prev, row in itertools.pairwise(session_rows):
             a, b = rows[prev], rows[row]
             assert a["status"] == "ok" and b["turn"] == a["turn"] + 1
             assert b["session_id"] == a["session_id"]

@@ -14,12 +14,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from fairbench.plan.model import PlannedRequest
+from fairbench.plan.model import Plan, PlannedRequest
 from fairbench.workload.lengths import sample_lengths
 from fairbench.workload.models import Workload
 from fairbench.workload.sessions import conversation_ids, output_ids, sample_seconds
 
-__all__ = ["Conversation", "expand_sessions", "number_sessions"]
+__all__ = ["Conversation", "expand_sessions", "number_sessions", "successors"]
 
 # random-stream purposes (fairbench.plan.materialize numbers 0..6)
 _TURNS, _THINK, _PROMPT, _OUTPUT, _SEEDS = range(7, 12)
@@ -102,6 +102,19 @@ def number_sessions(keys: np.ndarray) -> np.ndarray:
         rank[np.argsort(first, kind="stable")] = np.arange(len(unique))
         ids[has] = rank[inverse]
     return ids
+
+
+def successors(plan: Plan) -> np.ndarray:
+    """Row of each row's next turn in its session (-1: none)."""
+    nxt = np.full(len(plan), -1, dtype=np.int64)
+    if plan.sessions is None:
+        return nxt
+    sid = plan.sessions["session_id"]
+    rows = np.flatnonzero(sid >= 0)
+    order = rows[np.lexsort((plan.sessions["turn"][rows], sid[rows]))]
+    same = sid[order[1:]] == sid[order[:-1]]
+    nxt[order[:-1][same]] = order[1:][same]
+    return nxt
 
 
 class Conversation:

@@ -12,6 +12,13 @@
   `finally`), and requests never sent because the run was stopped are recorded `cancelled`.
 - Stopping (Ctrl-C, SIGTERM, `stop` set): sending stops, in-flight requests get `grace_s`, the
   rest are cancelled and recorded.
+- Sessions (a plan with multi-turn conversations, fairbench.plan.sessions): the schedule is
+  of sessions — a first turn goes out at its planned time like any request — and inside a
+  session the loop is closed: turn k+1 is due when turn k completed plus its think time, its
+  prompt the conversation so far with the output turn k actually returned. Its latency (and its
+  send lag, which the health check judges) is measured from when it became due. A turn that
+  did not finish ends its session: each later turn is recorded `cancelled`, saying which. A
+  session belongs to the executor that owns its first turn, whichever shard its later rows are.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from fairbench.plan.model import Plan, PlannedRequest
+from fairbench.plan.sessions import Conversation, successors
 from fairbench.run.pacer import make_pacer
 from fairbench.run.records import JournalWriter, Record
 from fairbench.targets.base import Done, Failed, Started, Target, Token
@@ -94,7 +102,22 @@ class Executor:
         self.indices = np.arange(len(plan)) if indices is None else np.asarray(indices)
         self.worker = worker
         self.counters = counters or LiveCounters()
-        self.counters.planned = len(self.indices)
+        # with sessions: the schedule holds first turns (and requests outside sessions); the
+        # later turns of this executor's sessions follow their predecessors (`_session`)
+        self._next: np.ndarray | None = None
+        self._owned = self.indices
+        if plan.sessions is not None:
+            self._next = successors(plan)
+            self.indices = self.indices[plan.sessions["turn"][self.indices] <= 1]
+            owned = []
+            for i in self.indices:
+                row = int(i)
+                while row >= 0:
+                    owned.append(row)
+                    row = int(self._next[row])
+            self._owned = np.sort(np.asarray(owned, dtype=np.int64))
+        self._outcomes: dict[int, Record] = {}  # session turns' records, read by `_session`
+        self.counters.planned = len(self._owned)
         # a transport that reads with kernel receive stamps can say how late it read
         self.kernel_stamps = bool(getattr(target, "kernel_stamps", False))
         self.stop = asyncio.Event()
@@ -103,6 +126,7 @@ class Executor:
         self._loop_lags = array("q")  # 8 bytes per monitor tick
         self._cap_waits = array("q")
         self._tasks: set[asyncio.Task[None]] = set()
+        self._chains: set[asyncio.Task[None]] = set()  # the sessions still going
         self._written = bytearray(len(plan))  # by request_id (the plan's row): 1 byte each
         self._records = 0
 
@@ -110,6 +134,9 @@ class Executor:
 
     def _record(self, req: PlannedRequest, intended_ns: int, **fields: Any) -> Record:
         """A request's record, as planned (every record starts here)."""
+        if req.session_id >= 0:
+            fields.setdefault("session_id", req.session_id)
+            fields.setdefault("turn", req.turn)
         return Record(
             req.request_id,
             req.tenant,
@@ -280,6 +307,8 @@ class Executor:
         if self._written[rec.request_id]:  # pragma: no cover - guarded by construction
             raise RuntimeError(f"request {rec.request_id} recorded twice")
         self._written[rec.request_id] = 1
+        if rec.session_id is not None:
+            self._outcomes[rec.request_id] = rec
         self._records += 1
         self.journal.write(rec)
         counters = self.counters
@@ -329,7 +358,6 @@ class Executor:
         pacer = make_pacer(options.pacing, options.spin_s)
         until = pacer.until
         cpu_start = time.process_time()
-        sent_upto = 0
         stop = self.stop
         target = self.target
         fast = hasattr(target, "start")
@@ -340,6 +368,8 @@ class Executor:
 
         def prepare(position: int) -> tuple[PlannedRequest, Any]:
             req = plan.request(int(indices[position]))
+            if req.session_id >= 0:  # a first turn: its prompt as the session sends it
+                req = Conversation().as_sent(req)
             return req, (target.prepare(req) if fast else None)  # type: ignore[attr-defined]
 
         try:
@@ -369,26 +399,32 @@ class Executor:
                     coro = self._one_fast(req, waiter, outcome, deadline, t0)
                 else:
                     coro = self._one(req, deadline, t0)
+                if req.session_id >= 0:
+                    coro = self._session(req, coro, t0)
                 task = asyncio.create_task(self._guarded(coro, cap))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
-                sent_upto = position + 1
+                if req.session_id >= 0:
+                    self._chains.add(task)
+                    task.add_done_callback(self._chains.discard)
+            await self._sessions_end()
             await self._drain(options.grace_s)
         finally:
-            for i in indices[sent_upto:]:
-                req = plan.request(int(i))
-                self._write(
-                    self._record(
-                        req,
-                        int(offsets[i]),
-                        status="cancelled",
-                        error_detail="not sent: the run was stopped",
-                    )
-                )
-            if self._tasks:  # interrupted while draining
+            if self._tasks:  # interrupted while sending or draining
                 for task in list(self._tasks):
                     task.cancel()
                 await asyncio.gather(*self._tasks, return_exceptions=True)
+            for i in self._owned:  # never sent: first turns and the turns that follow them
+                if not self._written[i]:
+                    req = plan.request(int(i))
+                    self._write(
+                        self._record(
+                            req,
+                            int(offsets[i]),
+                            status="cancelled",
+                            error_detail="not sent: the run was stopped",
+                        )
+                    )
             monitor.cancel()
             flusher.cancel()
             pacer.close()
@@ -404,6 +440,69 @@ class Executor:
             pacer.kind,
             time.process_time() - cpu_start,
         )
+
+    async def _session(self, first: PlannedRequest, coro: Any, t0: int) -> None:
+        """A session: its first turn (`coro`, already sent), then each next turn when the last
+        completed plus its think time. The loop inside a session is closed, as a user's is."""
+        assert self._next is not None
+        plan, target = self.plan, self.target
+        fast = hasattr(target, "start")
+        conversation = Conversation()
+        await coro
+        row = first.request_id
+        while (after := int(self._next[row])) >= 0:
+            rec = self._outcomes.pop(row)
+            if rec.status != "ok":
+                self._end_session(after, f"turn {rec.turn} ({rec.status})")
+                return
+            conversation.completed(plan.request(row), rec.output_tokens)
+            planned = plan.request(after)
+            done = rec.t_done_ns if rec.t_done_ns is not None else rec.t_end_ns or 0
+            due = t0 + done + planned.think_ns
+            req = conversation.as_sent(planned)
+            prepared = target.prepare(req) if fast else None  # type: ignore[attr-defined]
+            wait = due - now_ns()
+            if wait > 0:
+                await asyncio.sleep(wait / 1e9)
+            if self.stop.is_set():
+                return  # the run's final sweep records what was not sent
+            if fast:
+                waiter, outcome = target.start(prepared)  # type: ignore[attr-defined]
+                await self._one_fast(req, waiter, outcome, due, t0)
+            else:
+                await self._one(req, due, t0)
+            row = after
+        self._outcomes.pop(row, None)
+
+    def _end_session(self, row: int, cause: str) -> None:
+        """Record every turn from `row` on as cancelled: an earlier turn (`cause`, e.g.
+        "turn 2 (timeout)") did not finish."""
+        assert self._next is not None
+        while row >= 0:
+            req = self.plan.request(row)
+            self._write(
+                self._record(
+                    req,
+                    int(self.plan.columns["offset_ns"][row]),
+                    status="cancelled",
+                    error_detail=f"not sent: {cause} of its session ended unfinished",
+                )
+            )
+            row = int(self._next[row])
+
+    async def _sessions_end(self) -> None:
+        """Wait for the sessions still going (each turn is bounded by its timeout); a stop
+        ends the wait, and the drain then cancels what is left."""
+        if not self._chains:
+            return
+        stop_wait = asyncio.create_task(self.stop.wait())
+        try:
+            while self._chains and not self.stop.is_set():
+                await asyncio.wait(
+                    set(self._chains) | {stop_wait}, return_when=asyncio.FIRST_COMPLETED
+                )
+        finally:
+            stop_wait.cancel()
 
     async def _guarded(self, coro: Any, cap: asyncio.Semaphore | None) -> None:
         try:

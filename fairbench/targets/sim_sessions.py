@@ -21,13 +21,13 @@ from typing import Any
 import numpy as np
 
 from fairbench.plan.model import Plan
-from fairbench.plan.sessions import Conversation
+from fairbench.plan.sessions import Conversation, successors
 from fairbench.workload.scenario import Scenario
 from reference_scheduler.core.job import Job
 from reference_scheduler.drivers.virtual import SimResult, simulate
 from reference_scheduler.scheduler.config import parse_scheduler_config
 
-__all__ = ["content_hashes", "run_sim_sessions", "successors"]
+__all__ = ["content_hashes", "run_sim_sessions"]
 
 
 def content_hashes(ids: np.ndarray, block_size: int) -> tuple[int, ...]:
@@ -43,19 +43,6 @@ def content_hashes(ids: np.ndarray, block_size: int) -> tuple[int, ...]:
         out.append(int.from_bytes(digest, "little", signed=True))
         prev = digest
     return tuple(out)
-
-
-def successors(plan: Plan) -> np.ndarray:
-    """Row of each row's next turn in its session (-1: none)."""
-    nxt = np.full(len(plan), -1, dtype=np.int64)
-    if plan.sessions is None:
-        return nxt
-    sid = plan.sessions["session_id"]
-    rows = np.flatnonzero(sid >= 0)
-    order = rows[np.lexsort((plan.sessions["turn"][rows], sid[rows]))]
-    same = sid[order[1:]] == sid[order[:-1]]
-    nxt[order[:-1][same]] = order[1:][same]
-    return nxt
 
 
 class _Sessions:
