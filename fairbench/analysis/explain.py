@@ -16,12 +16,13 @@ candidate) and returns, all from the records alone:
   component's growth is the candidate's tail mean minus the baseline's (ms) with a 95% bootstrap
   interval (tail requests resampled, runs independent).
 - `causes`, ranked by share of the tail's growth, each with its evidence:
-  - `kv_transfer_variance`: the growth in KV transfer, plus the decode wait's growth that the
-    policy causes below do not account for;
-  - `priority_without_fairness`: waiting growth (queue, prefill, decode wait) spent behind
-    requests that arrived later and overtook (a policy serving one tenant's burst first);
-  - `slo_mismatch`: waiting growth spent behind long prompts that arrived earlier (one FIFO
-    shared by short and long requests: head-of-line blocking);
+  - `kv_transfer_variance`: the growth in KV transfer, plus — when that growth's interval
+    excludes 0 — the decode wait's growth that the policy causes below do not account for;
+  - `priority_without_fairness`: the tail's wait (queue plus decode wait) times the rise in the
+    share of it spent behind requests that arrived later and overtook (a policy serving one
+    tenant's burst first), that rise taken at its bootstrap interval's lower end (95%);
+  - `slo_mismatch`: the same for the share spent behind long prompts that arrived earlier (one
+    FIFO shared by short and long requests: head-of-line blocking);
   - `capacity`: the offered work (tokens per second of ok requests) rose;
   - `within_noise`: the shift's interval holds 0; it then ranks first, whatever the rest say.
 
@@ -213,6 +214,38 @@ def _wait_split(run: Run, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return over, block
 
 
+def _tail_wait(run: Run, rows: np.ndarray) -> np.ndarray:
+    """Each tail request's waiting: its queue wait plus its decode wait (ns)."""
+    return (
+        np.nan_to_num(run.col("queue_time_ns"))[rows]
+        + np.nan_to_num(run.col("decode_wait_ns"))[rows]
+    )
+
+
+def _fraction(part: np.ndarray, whole: np.ndarray) -> float:
+    total = float(whole.sum())
+    return float(part.sum()) / total if total > 0 else 0.0
+
+
+def _fraction_rise_low(
+    part_a: np.ndarray,
+    whole_a: np.ndarray,
+    part_b: np.ndarray,
+    whole_b: np.ndarray,
+    rng: np.random.Generator,
+) -> float:
+    """The 2.5% point of the bootstrap of the candidate's share minus the baseline's (each
+    run's tail resampled on its own)."""
+    if not len(whole_a) or not len(whole_b):
+        return 0.0
+    draws = []
+    for _ in range(BOOT):
+        ia = rng.integers(0, len(whole_a), len(whole_a))
+        ib = rng.integers(0, len(whole_b), len(whole_b))
+        draws.append(_fraction(part_b[ib], whole_b[ib]) - _fraction(part_a[ia], whole_a[ia]))
+    return float(np.quantile(draws, 0.025))
+
+
 def _boot_delta(a: np.ndarray, b: np.ndarray, rng: np.random.Generator) -> tuple[float, float]:
     if not len(a) or not len(b):
         return math.nan, math.nan
@@ -282,25 +315,32 @@ def explain(
     }
     over_a, block_a = _wait_split(a, ta)
     over_b, block_b = _wait_split(b, tb)
-    d_over = float(over_b.mean() - over_a.mean()) if len(ta) and len(tb) else 0.0
-    d_block = float(block_b.mean() - block_a.mean()) if len(ta) and len(tb) else 0.0
+    wait_a, wait_b = _tail_wait(a, ta), _tail_wait(b, tb)
+    f_over = (_fraction(over_a, wait_a), _fraction(over_b, wait_b))
+    f_block = (_fraction(block_a, wait_a), _fraction(block_b, wait_b))
+    # the mix's rise counts from its interval's lower end: a tail of ~50 requests changes its
+    # mix by a few points by chance alone
+    rise_over = _fraction_rise_low(over_a, wait_a, over_b, wait_b, rng)
+    rise_block = _fraction_rise_low(block_a, wait_a, block_b, wait_b, rng)
     growth = sum(max(v, 0.0) for v in delta.values() if math.isfinite(v))
-    pos_over, pos_block = max(d_over, 0.0), max(d_block, 0.0)
-    # waiting growth behind overtakers or long prompts (either pool) goes to the policy causes;
-    # the rest of the decode wait's growth, with the transfer's, to the KV link
-    waiting = max(delta["queue"], 0.0) + max(delta["prefill"], 0.0) + max(delta["decode_wait"], 0)
-    policy_part = min(pos_over + pos_block, waiting)
-    split = pos_over + pos_block
+    # A policy cause is a change in what the tail waited behind (its mix), not more of the same
+    # waiting: the candidate's tail wait times the rise in the share spent overtaken / blocked.
+    mean_wait = float(wait_b.mean()) if len(wait_b) else 0.0
+    pri = mean_wait * max(rise_over, 0.0)
+    slo = mean_wait * max(rise_block, 0.0)
+    # The KV link: the transfer's growth, and — where that growth is real (its interval excludes
+    # 0) — the decode wait's growth the mix does not explain (late KV arriving in clumps).
+    kv_real = components["kv_transfer"]["ci_low_ms"] > 0
+    residual = max(max(delta["decode_wait"], 0.0) - pri - slo, 0.0) if kv_real else 0.0
     load_a, load_b = _offered(a), _offered(b)
     load_rise = load_b / load_a - 1 if load_a > 0 else 0.0
     rel = moved["relative"] or 0.0
     scores = {
-        "kv_transfer_variance": max(delta["kv_transfer"], 0.0)
-        + max(max(delta["decode_wait"], 0.0) - policy_part, 0.0),
-        "priority_without_fairness": policy_part * pos_over / split if split > 0 else 0.0,
-        "slo_mismatch": policy_part * pos_block / split if split > 0 else 0.0,
+        "kv_transfer_variance": max(delta["kv_transfer"], 0.0) + residual,
+        "priority_without_fairness": pri,
+        "slo_mismatch": slo,
     }
-    shares = {k: (v / growth if growth > 0 else 0.0) for k, v in scores.items()}
+    shares = {k: (min(v / growth, 1.0) if growth > 0 else 0.0) for k, v in scores.items()}
     # capacity: the offered work's rise against the shift (a rise as large as the shift: all)
     shares["capacity"] = min(1.0, max(load_rise, 0.0) / rel) if rel > 0 else 0.0
     lo, hi = moved["ci_low"], moved["ci_high"]
@@ -312,12 +352,12 @@ def explain(
             f"{delta['decode_wait'] / 1e6:+.1f} ms of {growth / 1e6:.1f} ms tail growth"
         ),
         "priority_without_fairness": (
-            f"tail queue wait spent behind later arrivals that overtook: {d_over / 1e6:+.1f} ms"
-            f" (baseline {over_a.mean() / 1e6 if len(ta) else 0:.1f} ms); " + _overtakers(b, tb)
+            f"tail wait spent behind later arrivals that overtook: {f_over[0]:.0%} -> "
+            f"{f_over[1]:.0%} of {mean_wait / 1e6:.1f} ms; " + _overtakers(b, tb)
         ),
         "slo_mismatch": (
-            f"tail queue wait spent behind earlier long prompts: {d_block / 1e6:+.1f} ms "
-            f"(baseline {block_a.mean() / 1e6 if len(ta) else 0:.1f} ms)"
+            f"tail wait spent behind earlier long prompts: {f_block[0]:.0%} -> "
+            f"{f_block[1]:.0%} of {mean_wait / 1e6:.1f} ms"
         ),
         "capacity": (f"offered work {load_a:,.0f} -> {load_b:,.0f} tokens/s ({load_rise:+.1%})"),
         "within_noise": (
