@@ -395,6 +395,8 @@ class GatewayDispatch(_Model):
     connect_timeout_s: Finite = Field(2.0, gt=0)
     first_byte_timeout_s: Finite = Field(120.0, gt=0)
     idle_timeout_s: Finite = Field(60.0, gt=0)
+    total_timeout_s: Finite = Field(600.0, gt=0)
+    queue_timeout_s: Finite = Field(5.0, gt=0)
 
 
 class TargetSpec(_Model):

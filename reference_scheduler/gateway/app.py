@@ -391,8 +391,8 @@ class Gateway:
                 data=orjson.dumps(payload),
                 headers=upstream_headers(self.keys[up.index]),
             )
-        except TimeoutError:
-            raise Failure("timeout", "no answer", before_first_byte=True) from None
+        except TimeoutError:  # aiohttp's connect timeout: the upstream never had the request
+            raise Failure("connect_timeout", "no connection", before_first_byte=True) from None
         except aiohttp.ClientError as error:
             raise Failure("connect", type(error).__name__, before_first_byte=True) from None
         if resp.status == 200:
