@@ -21,14 +21,15 @@ def test_kv_link_is_a_fifo_queue_per_replica_by_hand() -> None:
         bandwidth="10GB/s", latency="1ms", jitter={"dist": "constant", "value": "5ms"}
     )
     link = KvLink(spec, KV_BYTES, replicas=2, seed=0)
-    hold = 13_107_200 + 5_000_000  # serialisation + jitter hold the link; latency does not
+    wire = 13_107_200  # only the bytes hold the link; latency and jitter are the transfer's own
+    own = 1_000_000 + 5_000_000
     first = link.transfer(0, 0, 1000)
-    second = link.transfer(0, 1_000_000, 1000)  # waits for the first to leave the link
+    second = link.transfer(0, 1_000_000, 1000)  # waits for the first's bytes to leave the link
     third = link.transfer(0, 40_000_000, 1000)  # the link is free again by then
     other = link.transfer(1, 0, 1000)  # its own link: no wait
-    assert first == hold + 1_000_000
-    assert second == 2 * hold + 1_000_000
-    assert third == 40_000_000 + hold + 1_000_000
+    assert first == wire + own
+    assert second == 2 * wire + own
+    assert third == 40_000_000 + wire + own
     assert other == first
 
 

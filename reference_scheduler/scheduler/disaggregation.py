@@ -14,12 +14,14 @@ splits a request's life over two pools joined by a KV transfer whose time varies
 incident had its TTFT tail in that variance. The transfer of request k from prefill replica r is
 a FIFO queue on r's link (a Lindley recursion, which the tests check by hand):
 
-    start_k = max(ready_k, free_r),  free_r = start_k + bytes_k / bandwidth + jitter_k,
-    arrive_k = free_r + latency,     bytes_k = prompt_tokens_k × profile.kv_bytes_per_token
+    start_k = max(ready_k, free_r),   free_r = start_k + bytes_k / bandwidth,
+    arrive_k = free_r + latency + jitter_k,   bytes_k = prompt_tokens_k × kv_bytes_per_token
 
 `profile.kv_bytes_per_token` is layers × KV heads × head dim × 2 (K and V) × dtype bytes, as the
-profiles state it. The jitter holds the link (a stalled RDMA transfer blocks the ones behind it on
-that NIC); the latency does not. Jitter is any of the scenario's length distributions with
+profiles state it. Only the bytes hold the link; the latency and the jitter are the transfer's
+own (a decode pod slow to pull, a retransmit, a stalled completion), so a slow transfer delays
+its own request and not the ones behind it — the incident's "light spots": a few requests' KV
+late while the median is untouched. Jitter is any of the scenario's length distributions with
 durations as values (`constant`, `uniform`, `normal`, `lognormal` by median and p99,
 `exponential`), drawn from its own seeded stream so the same config gives the same transfers.
 
@@ -176,7 +178,7 @@ class KvLink:
 
     def transfer(self, replica: int, ready_ns: int, tokens: int) -> int:
         """When the KV of `tokens` tokens, ready at `ready_ns` on `replica`, reaches decode."""
-        serial_s = tokens * self.kv_bytes_per_token / self.spec.bandwidth + self._draw_s()
+        serial_s = tokens * self.kv_bytes_per_token / self.spec.bandwidth
         start = max(ready_ns, self.free_ns[replica])
         self.free_ns[replica] = start + round(serial_s * 1e9)
-        return self.free_ns[replica] + round(self.spec.latency * 1e9)
+        return self.free_ns[replica] + round((self.spec.latency + self._draw_s()) * 1e9)
