@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +24,12 @@ import yaml
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
 from fairbench.analysis.actors import actor_health
+from fairbench.run.ray_actor import ActorRun
 from fairbench.run.ray_clock import ClockOffset, drift, estimate_offset, to_driver_timeline
-from fairbench.run.ray_shards import ActorRun, _clock_reasons
-from fairbench.workload.scenario import parse_scenario
+from fairbench.run.ray_sync import clock_reasons
+from fairbench.workload.loading import parse_scenario
 from tests.cli import run_cli
+from tests.ray_loopback import ray_args, two_nodes
 
 NODES = ("fb_node_a", "fb_node_b")
 
@@ -112,7 +115,7 @@ def test_a_clock_bound_past_the_send_lag_budget_makes_the_run_invalid_naming_the
     tight.before = tight.after = ClockOffset(0, 1_000_000, 2_000_000, 40, 5)
     loose = ActorRun(1, None, node={"hostname": "gen-b"})
     loose.before = ClockOffset(0, 300_000_000, 600_000_000, 40, 5)
-    reasons = _clock_reasons([tight, loose], scn)
+    reasons = clock_reasons([tight, loose], scn)
     assert len(reasons) == 1 and "ray actor 1 (gen-b)" in reasons[0]
     assert "300.00 ms > the 250 ms send-lag budget" in reasons[0]
 
@@ -155,7 +158,7 @@ def test_salvage_waits_for_the_orphaned_generator_and_returns_whole_lines(
     import subprocess
     import sys
 
-    from fairbench.run.ray_shards import salvage
+    from fairbench.run.ray_actor import salvage
 
     node_dir = tmp_path / "node"
     node_dir.mkdir()
@@ -197,25 +200,13 @@ ray = pytest.importorskip("ray", reason="ray is not installed: pip install -e '.
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Any:
-    from ray.cluster_utils import Cluster
-
-    local = {"node_ip_address": "127.0.0.1", "num_cpus": 1}
-    c = Cluster(
-        initialize_head=True,
-        head_node_args={**local, "resources": {NODES[0]: 1}, "include_dashboard": False},
-    )
-    c.add_node(**local, resources={NODES[1]: 1})
-    try:
+def cluster() -> Iterator[Any]:
+    with two_nodes(NODES) as c:
         yield c
-    finally:
-        if ray.is_initialized():
-            ray.shutdown()
-        c.shutdown()
 
 
 def _ray_args(cluster: Any) -> list[str]:
-    return ["--ray", cluster.address, "--ray-resource", NODES[0], "--ray-resource", NODES[1]]
+    return ray_args(cluster, NODES)
 
 
 def test_two_actors_on_two_nodes_give_the_single_process_plan_and_accounting(

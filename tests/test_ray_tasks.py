@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
 from fairbench.decide.points import LocalRunner, PointJob, PointsFailed
 from tests.cli import run_cli
+from tests.ray_loopback import ray_args, two_nodes
 
 NODES = ("fb_tasks_a", "fb_tasks_b")
 TIMED = {"run.json", "report.html"}  # start and end times: the only files that may differ
@@ -159,25 +161,13 @@ def test_a_bad_ray_address_is_one_line_and_runs_nothing(
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Any:
-    from ray.cluster_utils import Cluster
-
-    local = {"node_ip_address": "127.0.0.1", "num_cpus": 1}
-    c = Cluster(
-        initialize_head=True,
-        head_node_args={**local, "resources": {NODES[0]: 1}, "include_dashboard": False},
-    )
-    c.add_node(**local, resources={NODES[1]: 1})
-    try:
+def cluster() -> Iterator[Any]:
+    with two_nodes(NODES) as c:
         yield c
-    finally:
-        if ray.is_initialized():
-            ray.shutdown()
-        c.shutdown()
 
 
 def _ray_args(cluster: Any) -> list[str]:
-    return ["--ray", cluster.address, "--ray-resource", NODES[0], "--ray-resource", NODES[1]]
+    return ray_args(cluster, NODES)
 
 
 def test_a_sweep_on_ray_equals_the_local_pool_byte_for_byte(tmp_path: Path, cluster: Any) -> None:

@@ -30,7 +30,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from fairbench.workload.scenario import ScenarioError, parse_scenario
+from fairbench.workload.errors import ScenarioError
+from fairbench.workload.loading import parse_scenario
 
 AfterRun = Callable[[Path], None]  # e.g. the report writer; module-level, so a pool can pickle it
 
@@ -225,7 +226,7 @@ class RayRunner(PointRunner):
     unit of the k-th name (cycled), as `fairbench run --ray-resource` places actors."""
 
     def __init__(self, address: str, resources: tuple[str, ...] = (), cpus: float = 1.0) -> None:
-        from fairbench.run.ray_shards import check_task_resources, connect
+        from fairbench.run.ray_cluster import check_task_resources, connect
 
         self.ray, self.connected_here = connect(address)
         self.resources = resources
@@ -316,7 +317,7 @@ class RayRunner(PointRunner):
 
 def make_runner(ray: str | None = None, resources: Sequence[str] = ()) -> PointRunner:
     """The runner a command's flags ask for: Ray at `ray` (auto, local or HOST:PORT), else this
-    machine. Raises `fairbench.run.ray_shards.RaySetupError` (one line naming the flag) when Ray
+    machine. Raises `fairbench.run.ray_cluster.RaySetupError` (one line naming the flag) when Ray
     is missing, unreachable, or lacks a resource."""
     if ray is None:
         return LocalRunner()
