@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import yaml
 
-from fairbench.cli.fidelity import simulated_scenario
 from fairbench.cli.inputs import UsageFailure
-from fairbench.workload.scenario import parse_scenario
+from fairbench.cli.simulate import simulated_scenario
+from fairbench.workload.loading import parse_scenario
 from tests.cli import run_cli
 
 PROFILE = "h100-llama3-8b"

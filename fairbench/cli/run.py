@@ -1,7 +1,7 @@
 """`fairbench run`: the main job. Registered on the app by `fairbench.cli.main.main`.
 
 With `--simulate PROFILE`, a live run is followed by its simulation: the same plan in virtual
-time on the profile (fairbench.cli.fidelity.simulated_scenario says which engine mode and
+time on the profile (fairbench.cli.simulate.simulated_scenario says which engine mode and
 policy), written under RUN/sim/, and the fidelity files `fairbench fidelity RUN RUN/sim` writes.
 """
 
@@ -20,7 +20,7 @@ from rich.table import Table
 from fairbench.cli.inputs import SET_HELP, scenario_with
 
 if TYPE_CHECKING:
-    from fairbench.cli.fidelity import Simulation
+    from fairbench.cli.simulate import Simulation
     from fairbench.run.executor import LiveCounters
 
 console = Console(stderr=True)
@@ -134,7 +134,7 @@ def simulate_and_compare(
     """Simulate the live run's plan into RUN/sim/ and write the fidelity files there, as
     `fairbench fidelity RUN RUN/sim` does; the headline lines to print. The live run's verdict
     stays the exit code: a simulation that cannot be compared says why in a line."""
-    from fairbench.cli.fidelity import mape_line, measure_fidelity
+    from fairbench.report.fidelity_outputs import mape_line, measure_fidelity
     from fairbench.decide.fidelity import FidelityRefused
     from fairbench.pipeline import run_scenario
     from fairbench.report import write_run_report
@@ -245,7 +245,7 @@ def register(app: typer.Typer) -> None:
             console.print("--simulate-set needs --simulate PROFILE", markup=False, soft_wrap=True)
             raise typer.Exit(2)
         if simulate is not None:  # before the live run: a bad profile costs nothing
-            from fairbench.cli.fidelity import simulated_scenario
+            from fairbench.cli.simulate import simulated_scenario
 
             twin = simulated_scenario(doc, scn, file, simulate, simulate_set, seed)
         from fairbench.pipeline import run_scenario  # after the checks: it loads the stack
@@ -257,7 +257,7 @@ def register(app: typer.Typer) -> None:
             console.print("--ray-resource needs --ray ADDRESS", markup=False, soft_wrap=True)
             raise typer.Exit(2)
         if ray is not None:
-            from fairbench.run.ray_shards import import_ray
+            from fairbench.run.ray_cluster import import_ray
 
             options.ray, options.ray_resources = ray, tuple(ray_resource or ())
             try:
