@@ -261,3 +261,42 @@ def test_the_shipped_sessions_scenario_runs_in_the_sim() -> None:
     plan, rows = sim_rows(scn)
     assert plan.sessions is not None
     assert {r["turn"] for r in rows if r["turn"]} == {1, 2, 3, 4, 5, 6}
+
+
+# ------------------------------------------------------------------ per-session figures
+
+
+def test_session_figures_from_the_records() -> None:
+    from fairbench.analysis.sessions import session_block, session_observations
+    from fairbench.run.records import records_frame
+
+    scn = chat_scenario({"turns": 4, "think_time": "100ms"}, rate="8/s", timeout="1.5s")
+    data = scn.model_dump(mode="json", exclude_none=True)
+    data["workloads"]["chat"] = {
+        "prompt_tokens": 500,
+        "output_tokens": {"dist": "uniform", "low": 20, "high": 150},
+        "session": {"turns": 4, "think_time": {"dist": "constant", "value": 0.1}},
+    }
+    scn = parse_scenario(data)
+    plan, rows = sim_rows(scn)
+    df = records_frame(rows)
+    block = session_block(df, 1.5)
+    sessions = by_session(plan)
+    assert block["sessions"] == len(sessions)
+    complete = [s for s, r in sessions.items() if all(rows[i]["status"] == "ok" for i in r)]
+    assert 0 < block["complete"] == len(complete) < len(sessions)
+    ok_turns = sum(rows[i]["status"] == "ok" for r in sessions.values() for i in r)
+    assert block["turns_completed"] == ok_turns
+    obs = session_observations(df, 1.5)
+    first = complete[0]
+    e2e = rows[sessions[first][-1]]["t_done_ns"] - rows[sessions[first][0]]["t_intended_ns"]
+    assert e2e in obs.time[obs.observed]
+    assert obs.unfinished == len(sessions) - len(complete)
+    p50 = block["session_e2e_ms"]["p50"]
+    assert p50["n"] == len(sessions) and p50["ci_method"]
+    assert set(block["ttft_by_turn_ms"]) == {"1", "2", "3", "4"}
+    # the window keeps whole sessions by their first turn's intended time
+    late = session_block(df, 1.5, (10.0, 30.0))
+    starts = [rows[r[0]]["t_intended_ns"] / 1e9 for r in sessions.values()]
+    assert late["sessions"] == sum(10.0 <= t <= 30.0 for t in starts)
+    assert session_block(df[df["session_id"].isna()], 1.5) == {}

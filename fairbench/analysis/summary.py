@@ -49,6 +49,7 @@ from fairbench.analysis.blocks import (
 from fairbench.analysis.columns import Cols
 from fairbench.analysis.isolation import isolation_detail
 from fairbench.analysis.registry import metrics_block
+from fairbench.analysis.sessions import session_block
 from fairbench.run.records import STATUSES
 from fairbench.workload.scenario import Scenario
 
@@ -373,4 +374,7 @@ def build_summary(
     overall = summary["metrics"]["overall"]
     for name in ("worst_slowdown_ratio", "jain_slowdown"):
         summary["fairness"][name] = overall[name]["value"]
+    sessions = session_block(records, timeout_s, (start, end))  # multi-turn runs only
+    if sessions:
+        summary["sessions"] = sessions
     return summary
