@@ -38,7 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fairbench.pipeline import run_scenario
 from fairbench.run import RunOptions
-from fairbench.workload.scenario import Scenario, parse_scenario
+from fairbench.workload.loading import parse_scenario
+from fairbench.workload.models import Scenario
 
 HERE = Path(__file__).resolve().parent
 NODES = ("bench_gen_a", "bench_gen_b")

@@ -175,7 +175,7 @@ def compare_aa(reps: int) -> list[list[str]]:
     from fairbench.analysis import registry
     from fairbench.analysis.registry import Name
     from fairbench.decide.compare import compare_scenario_pairs
-    from fairbench.workload.scenario import load_scenario
+    from fairbench.workload.loading import load_scenario
 
     incident = load_scenario(REPO / "scenarios" / "incident-fifo.yaml")
     run = incident.run.model_copy(update={"duration": 30.0, "warmup": 2.0, "cooldown": 2.0})

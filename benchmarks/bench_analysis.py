@@ -28,7 +28,7 @@ from _common import finish, peak_rss_mb, show, verdict
 
 from fairbench.analysis.stats import quantile_ci
 from fairbench.analysis.summary import build_summary
-from fairbench.workload.scenario import parse_scenario
+from fairbench.workload.loading import parse_scenario
 
 
 def scenario(span_s: float):  # type: ignore[no-untyped-def]

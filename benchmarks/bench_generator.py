@@ -53,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fairbench.pipeline import run_scenario
 from fairbench.run import RunOptions
 from fairbench.run.pacer import resolve
-from fairbench.workload.scenario import parse_scenario
+from fairbench.workload.loading import parse_scenario
 
 HERE = Path(__file__).resolve().parent
 CORES = sorted(os.sched_getaffinity(0))

@@ -69,7 +69,7 @@ def child(kind: str, n: int) -> None:
         digest = ""
     else:
         from fairbench.plan.materialize import materialize
-        from fairbench.workload.scenario import parse_scenario
+        from fairbench.workload.loading import parse_scenario
 
         plan = materialize(parse_scenario({**SCENARIO, "run": {"requests": n}}), 1)
         assert len(plan) == n

@@ -26,7 +26,7 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback only
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fairbench.pipeline import run_scenario
 from fairbench.run import RunOptions
-from fairbench.workload.scenario import parse_scenario
+from fairbench.workload.loading import parse_scenario
 
 NODES = ("bench_node_a", "bench_node_b")
 

@@ -29,7 +29,7 @@ from _common import finish, show, verdict
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fairbench.pipeline import run_scenario
 from fairbench.run import RunOptions
-from fairbench.workload.scenario import parse_scenario
+from fairbench.workload.loading import parse_scenario
 from tests.test_faults import EXPECTED
 
 KINDS = EXPECTED  # fault kind -> (status, error kind), shared with tests/test_faults.py

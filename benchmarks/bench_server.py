@@ -32,7 +32,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from fairbench.pipeline import run_scenario
 from fairbench.run import RunOptions
-from fairbench.workload.scenario import load_scenario, parse_scenario
+from fairbench.workload.loading import load_scenario, parse_scenario
 
 CORES = sorted(os.sched_getaffinity(0))
 REPO = Path(__file__).resolve().parents[1]

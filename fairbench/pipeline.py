@@ -30,7 +30,7 @@ from fairbench.run.measure import Measurement, measure
 from fairbench.run.records import check_accounting, records_frame, write_records
 from fairbench.run.recovery import read_partial
 from fairbench.run.rundir import RunOptions, write_json
-from fairbench.workload.scenario import Scenario
+from fairbench.workload.models import Scenario
 
 
 @dataclass

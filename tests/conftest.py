@@ -10,7 +10,8 @@ import pytest
 
 from fairbench.plan.materialize import materialize
 from fairbench.plan.model import Plan
-from fairbench.workload.scenario import Scenario, parse_scenario
+from fairbench.workload.loading import parse_scenario
+from fairbench.workload.models import Scenario
 
 
 def make_scenario(

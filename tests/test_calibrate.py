@@ -29,8 +29,8 @@ from fairbench.targets.calibrate import (
     calibrate,
     single_token_words,
 )
+from fairbench.workload.loading import parse_scenario
 from fairbench.workload.prompts import VOCAB
-from fairbench.workload.scenario import parse_scenario
 from tests.engines.make_tiny_llama import train_tokenizer
 from tests.loopback import serve_in_thread
 

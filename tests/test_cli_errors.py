@@ -21,7 +21,7 @@ import yaml
 from fairbench._version import __version__
 from fairbench.cli.inputs import UsageFailure, confidence_level, scenario_with
 from fairbench.decide.sweep import apply, knee, resolve_path, search_knee
-from fairbench.workload.scenario import ScenarioError
+from fairbench.workload.errors import ScenarioError
 from tests.cli import REPO, run_cli
 
 TINY = {

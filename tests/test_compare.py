@@ -16,7 +16,8 @@ from fairbench.plan.materialize import materialize
 from fairbench.run import RunOptions
 from fairbench.run.records import records_frame
 from fairbench.targets.sim import run_sim
-from fairbench.workload.scenario import Scenario, load_scenario
+from fairbench.workload.loading import load_scenario
+from fairbench.workload.models import Scenario
 
 REPO = Path(__file__).resolve().parents[1]
 INCIDENT = load_scenario(REPO / "scenarios" / "incident-fifo.yaml")

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from fairbench.pipeline import run_scenario
 from fairbench.report.markdown import fairness_line, window_note
 from fairbench.run import RunOptions
-from fairbench.workload.scenario import parse_scenario
+from fairbench.workload.loading import parse_scenario
 from reference_scheduler.core.job import Job
 from reference_scheduler.drivers.virtual import simulate
 from reference_scheduler.scheduler.config import parse_scheduler_config

@@ -16,7 +16,7 @@ from fairbench.analysis.fairness import (
 )
 from fairbench.pipeline import run_scenario
 from fairbench.run import RunOptions
-from fairbench.workload.scenario import parse_scenario, read_yaml
+from fairbench.workload.loading import parse_scenario, read_yaml
 
 REPO = Path(__file__).resolve().parents[1]
 

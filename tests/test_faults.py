@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from fairbench.workload.scenario import ScenarioError, parse_scenario
+from fairbench.workload.errors import ScenarioError
+from fairbench.workload.loading import parse_scenario
 from tests.cli import run_cli
 
 # fault kind -> (status, error kind) the generator must record

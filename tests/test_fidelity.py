@@ -19,7 +19,7 @@ import yaml
 from fairbench.decide.fidelity import FidelityRefused, fidelity
 from fairbench.pipeline import run_scenario
 from fairbench.run import RunOptions
-from fairbench.workload.scenario import parse_scenario
+from fairbench.workload.loading import parse_scenario
 from reference_scheduler.core.costmodel import PROFILE_DIR
 from tests.cli import run_cli
 

@@ -24,7 +24,7 @@ CAUSE_DAY = 7
 def _scenario(day: int) -> object:
     """The day's scenario, through the overrides `fairbench run --set` applies."""
     from fairbench.cli.inputs import apply_overrides
-    from fairbench.workload.scenario import parse_scenario
+    from fairbench.workload.loading import parse_scenario
 
     data = yaml.safe_load((REPO / "scenarios/incident-fifo.yaml").read_text(encoding="utf-8"))
     sets = [

@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from fairbench.pipeline import run_scenario
     from fairbench.run import RunOptions
-    from fairbench.workload.scenario import load_scenario
+    from fairbench.workload.loading import load_scenario
 
     out = tmp_path_factory.mktemp("runs") / "dog"
     run_scenario(

@@ -33,7 +33,7 @@ from fairbench.run.records import records_frame
 from fairbench.targets.http.client import Pool, request_bytes
 from fairbench.targets.http.stamped import kernel_stamps_available
 from fairbench.targets.openai import OpenAITarget
-from fairbench.workload.scenario import parse_scenario
+from fairbench.workload.loading import parse_scenario
 from tests.loopback import execute
 
 now_ns = time.perf_counter_ns

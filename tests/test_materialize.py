@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 
 from fairbench.plan.materialize import materialize
 from fairbench.plan.model import load_plan
+from fairbench.workload.errors import ScenarioError
+from fairbench.workload.loading import parse_scenario
 from fairbench.workload.prompts import count_tokens
-from fairbench.workload.scenario import ScenarioError, parse_scenario
 
 
 def scenario(

@@ -16,7 +16,7 @@ from fairbench.analysis.registry import MetricError, metric_value
 from fairbench.analysis.summary import build_summary
 from fairbench.decide.compare import RunData, compare_scenario_pairs
 from fairbench.run.records import records_frame
-from fairbench.workload.scenario import parse_scenario
+from fairbench.workload.loading import parse_scenario
 
 REPO = Path(__file__).resolve().parents[1]
 

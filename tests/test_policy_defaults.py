@@ -18,7 +18,8 @@ from fairbench.pipeline import run_scenario
 from fairbench.plan.materialize import materialize
 from fairbench.run.rundir import RunOptions
 from fairbench.targets.sim import run_sim
-from fairbench.workload.scenario import Scenario, parse_scenario
+from fairbench.workload.loading import parse_scenario
+from fairbench.workload.models import Scenario
 from reference_scheduler.core.job import Job
 from reference_scheduler.policies import build_policy, policy_factory, pool_of
 from reference_scheduler.policies.dwrr import Dwrr

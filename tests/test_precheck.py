@@ -19,7 +19,9 @@ import yaml
 from aiohttp import web
 
 from fairbench.targets.precheck import TargetUnreachable, check_reachable, precheck, probe_url
-from fairbench.workload.scenario import ScenarioError, parse_scenario, target_url
+from fairbench.workload.checks import target_url
+from fairbench.workload.errors import ScenarioError
+from fairbench.workload.loading import parse_scenario
 from tests.cli import run_cli
 from tests.loopback import serve
 

@@ -18,7 +18,7 @@ import yaml
 
 from fairbench.pipeline import run_scenario
 from fairbench.run.rundir import REDACTED, RunOptions, redacted
-from fairbench.workload.scenario import parse_scenario
+from fairbench.workload.loading import parse_scenario
 
 SECRETS = {
     "target.api_key": "sk-target-0001",

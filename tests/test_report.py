@@ -28,7 +28,7 @@ from fairbench.report import (
 )
 from fairbench.report.html import PLOTLY_JS, Colors, install_plotly, plotly_js
 from fairbench.run import RunOptions
-from fairbench.workload.scenario import parse_scenario
+from fairbench.workload.loading import parse_scenario
 from tests.cli import run_cli
 
 SCENARIO = {

@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fairbench.plan.materialize import materialize
-from fairbench.workload.scenario import ScenarioError, load_scenario, parse_scenario, read_yaml
+from fairbench.workload.errors import ScenarioError
+from fairbench.workload.loading import load_scenario, parse_scenario, read_yaml
 from fairbench.workload.traces import TraceError
 from fairbench.workload.units import parse_duration, parse_rate
 

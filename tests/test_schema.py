@@ -19,14 +19,10 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from fairbench.workload.scenario import (
-    DURATION_PATTERN,
-    RATE_PATTERN,
-    ScenarioError,
-    json_schema,
-    parse_scenario,
-    read_yaml,
-)
+from fairbench.workload.errors import ScenarioError
+from fairbench.workload.loading import parse_scenario, read_yaml
+from fairbench.workload.schema_export import json_schema
+from fairbench.workload.unit_fields import DURATION_PATTERN, RATE_PATTERN
 from fairbench.workload.units import _DURATION_UNITS, _RATE_UNITS, parse_duration, parse_rate
 from tests.cli import run_cli
 

@@ -17,7 +17,7 @@ from aiohttp import web
 from fairbench.pipeline import run_scenario
 from fairbench.run.rundir import RunOptions
 from fairbench.run.scrape import ScraperProcess, scrape_report
-from fairbench.workload.scenario import parse_scenario
+from fairbench.workload.loading import parse_scenario
 from tests.loopback import serve_in_thread
 
 

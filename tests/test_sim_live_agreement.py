@@ -31,7 +31,8 @@ from fairbench.pipeline import run_scenario
 from fairbench.plan.materialize import materialize
 from fairbench.run.rundir import RunOptions
 from fairbench.targets.sim import run_sim
-from fairbench.workload.scenario import Scenario, parse_scenario
+from fairbench.workload.loading import parse_scenario
+from fairbench.workload.models import Scenario
 from reference_scheduler.core.job import Job
 from reference_scheduler.drivers.virtual import simulate
 from reference_scheduler.scheduler.config import parse_scheduler_config

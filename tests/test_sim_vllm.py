@@ -17,7 +17,7 @@ import pytest
 
 from fairbench.plan.materialize import materialize
 from fairbench.targets.sim import run_sim
-from fairbench.workload.scenario import parse_scenario
+from fairbench.workload.loading import parse_scenario
 from reference_scheduler.core.job import Job
 from reference_scheduler.drivers.virtual import simulate
 from reference_scheduler.scheduler.config import SchedulerConfigError, parse_scheduler_config

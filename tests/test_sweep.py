@@ -12,7 +12,7 @@ import yaml
 
 from fairbench.analysis.registry import MetricError, metric_value
 from fairbench.decide.sweep import expand, knee, pareto_front, run_sweep, scale_load
-from fairbench.workload.scenario import ScenarioError
+from fairbench.workload.errors import ScenarioError
 
 
 def test_pareto_front_by_hand() -> None:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from fairbench.plan.materialize import materialize
-from fairbench.workload.scenario import parse_scenario
+from fairbench.workload.loading import parse_scenario
 from fairbench.workload.traces import TraceError, detect_tick, read_trace, spread_ties
 
 REPO = Path(__file__).resolve().parents[1]

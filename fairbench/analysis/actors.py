@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from fairbench.analysis.health import generator_health
-from fairbench.workload.scenario import Scenario
+from fairbench.workload.models import Scenario
 
 STOPPED = "the run was stopped before its schedule ended"
 

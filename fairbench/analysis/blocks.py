@@ -23,7 +23,7 @@ from fairbench.analysis import metrics as m
 from fairbench.analysis.drift import drift
 from fairbench.analysis.fairness import service_difference
 from fairbench.analysis.stats import trend_test
-from fairbench.workload.scenario import Scenario
+from fairbench.workload.models import Scenario
 
 
 def unloaded_ns(df: pd.DataFrame, scn: Scenario) -> tuple[np.ndarray, str]:

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from fairbench.analysis.metrics import percentiles, receive_delay_ns, receive_error_ns, send_lag_ns
-from fairbench.workload.scenario import Scenario
+from fairbench.workload.models import Scenario
 
 
 def _rate(times_ns: np.ndarray) -> float | None:

@@ -51,7 +51,7 @@ from fairbench.analysis.isolation import isolation_detail
 from fairbench.analysis.registry import metrics_block
 from fairbench.analysis.sessions import session_block
 from fairbench.run.records import STATUSES
-from fairbench.workload.scenario import Scenario
+from fairbench.workload.models import Scenario
 
 SUMMARY_SCHEMA_VERSION = 2
 _PERCENTILES = (0.50, 0.90, 0.95, 0.99, 0.999)

@@ -16,13 +16,9 @@ from typing import Any
 
 import yaml
 
-from fairbench.workload.scenario import (
-    Scenario,
-    ScenarioError,
-    load_scenario,
-    parse_scenario,
-    read_yaml,
-)
+from fairbench.workload.errors import ScenarioError
+from fairbench.workload.loading import load_scenario, parse_scenario, read_yaml
+from fairbench.workload.models import Scenario
 
 
 class UsageFailure(Exception):

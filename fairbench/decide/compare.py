@@ -555,7 +555,7 @@ def compare_dirs(
     for digest, bs in b_runs.items():
         if digest not in a_count:  # a B run nothing pairs with would be silently left out
             raise CompareRefused(f"no A run replayed the plan of {bs[0].path} ({digest[:19]}...)")
-    from fairbench.workload.scenario import load_scenario
+    from fairbench.workload.loading import load_scenario
 
     scn = load_scenario(a_runs[0].path / "scenario.yaml")
     b_scn = load_scenario(pairs[0][1].path / "scenario.yaml")

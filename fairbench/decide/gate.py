@@ -53,7 +53,7 @@ from fairbench.analysis import registry
 from fairbench.analysis.registry import MetricError, metric_value
 from fairbench.history import drift_rule
 from fairbench.history.errors import HistoryError
-from fairbench.workload.scenario import read_yaml
+from fairbench.workload.loading import read_yaml
 
 _ABSOLUTE = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*(>=|<=|==|!=|>|<)\s*(\S+)\s*$")
 _RELATIVE = re.compile(

@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from fairbench.decide.points import AfterRun, LocalRunner, PointJob, PointRunner
-from fairbench.workload.scenario import ScenarioError, parse_scenario, read_yaml
+from fairbench.workload.errors import ScenarioError
+from fairbench.workload.loading import parse_scenario, read_yaml
 
 
 def pareto_front(values: np.ndarray, senses: list[str]) -> np.ndarray:

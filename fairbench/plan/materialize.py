@@ -16,8 +16,9 @@ import numpy as np
 from fairbench.plan.model import COLUMNS, ENDPOINTS, SESSION_COLUMNS, Plan
 from fairbench.plan.sessions import expand_sessions, number_sessions
 from fairbench.workload.arrivals import arrival_times, rate_function
+from fairbench.workload.errors import ScenarioError
 from fairbench.workload.lengths import sample_lengths
-from fairbench.workload.scenario import ConstantDist, Scenario, ScenarioError, Tenant, TraceArrival
+from fairbench.workload.models import ConstantDist, Scenario, Tenant, TraceArrival
 from fairbench.workload.traces import TraceRows, detect_tick, read_trace, spread_ties, take_ragged
 
 _ARRIVALS, _MIX, _PROMPT, _OUTPUT, _PREFIX, _SEEDS, _SPLIT = range(7)

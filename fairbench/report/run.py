@@ -35,7 +35,7 @@ from fairbench.report.html import (
 )
 from fairbench.report.markdown import figure_text, markdown_summary
 from fairbench.targets.engines import engine
-from fairbench.workload.scenario import parse_scenario
+from fairbench.workload.loading import parse_scenario
 
 
 def completion_html(summary: dict[str, Any]) -> str:

@@ -21,7 +21,7 @@ from fairbench.run.executor import ExecOptions, ExecResult, Executor, LiveCounte
 from fairbench.run.records import JournalWriter
 from fairbench.run.scrape import ScraperProcess
 from fairbench.targets.factory import make_target, metrics_url
-from fairbench.workload.scenario import Scenario
+from fairbench.workload.models import Scenario
 
 Progress = Callable[[LiveCounters], None]
 

@@ -15,7 +15,7 @@ import yaml
 from fairbench.plan.model import load_plan
 from fairbench.run.measure import Measurement
 from fairbench.run.rundir import read_journals
-from fairbench.workload.scenario import parse_scenario
+from fairbench.workload.loading import parse_scenario
 
 
 def read_partial(run_dir: Path) -> Measurement:

@@ -27,7 +27,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from fairbench.run.records import read_journal
-from fairbench.workload.scenario import Scenario
+from fairbench.workload.models import Scenario
 
 RUN_SCHEMA_VERSION = 1
 REDACTED = "***redacted***"

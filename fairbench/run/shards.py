@@ -23,7 +23,8 @@ from fairbench.run.executor import ExecOptions, LiveCounters
 from fairbench.run.live import Progress, live, uvloop_run
 from fairbench.run.scrape import ScraperProcess
 from fairbench.targets.factory import metrics_url
-from fairbench.workload.scenario import Scenario, parse_scenario
+from fairbench.workload.loading import parse_scenario
+from fairbench.workload.models import Scenario
 
 PER_WORKER_RATE = 800.0  # req/s one generator process keeps with margin (see benchmarks)
 

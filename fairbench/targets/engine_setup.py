@@ -20,7 +20,7 @@ from fairbench.targets.calibrate import (
 )
 from fairbench.targets.engines import engine
 from fairbench.targets.http.client import tls_context
-from fairbench.workload.scenario import Scenario
+from fairbench.workload.models import Scenario
 
 ENGINE_KINDS = ("vllm", "sglang", "tgi", "openai")
 PROBE_TIMEOUT_S = 120.0  # one max_tokens=1 request; a server that cannot answer it is not ready

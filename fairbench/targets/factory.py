@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from fairbench.targets.base import Target
-from fairbench.workload.scenario import Scenario
+from fairbench.workload.models import Scenario
 
 
 def http_options(

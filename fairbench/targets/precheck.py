@@ -27,7 +27,9 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from fairbench.targets.http.client import tls_context
-from fairbench.workload.scenario import Scenario, ScenarioError, target_url
+from fairbench.workload.checks import target_url
+from fairbench.workload.errors import ScenarioError
+from fairbench.workload.models import Scenario
 
 PRECHECK_TIMEOUT_S = 5.0  # per step; a server that cannot accept a connection in 5 s is not up
 PROBE_PATH = "/v1/models"

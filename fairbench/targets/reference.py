@@ -31,7 +31,8 @@ from typing import Any
 import yaml
 
 from fairbench.targets.openai import OpenAITarget
-from fairbench.workload.scenario import Scenario, ScenarioError, Tenant
+from fairbench.workload.errors import ScenarioError
+from fairbench.workload.models import Scenario, Tenant
 
 START_TIMEOUT_S = 60.0
 SERVER_NICENESS = 5  # relative to the generator: see ReferenceServer.start

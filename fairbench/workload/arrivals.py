@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fairbench.workload.scenario import (
+from fairbench.workload.models import (
     ConstantArrival,
     GammaArrival,
     OnOffArrival,

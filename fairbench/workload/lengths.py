@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fairbench.workload.scenario import (
+from fairbench.workload.models import (
     ConstantDist,
     EmpiricalDist,
     ExponentialDist,
