@@ -17,7 +17,8 @@ from typing import Any
 import yaml
 
 from fairbench.cli.inputs import UsageFailure, scenario_with
-from fairbench.workload.scenario import Scenario, ScenarioError
+from fairbench.workload.errors import ScenarioError
+from fairbench.workload.models import Scenario
 
 # The simulated engine mode each live target's engine gets. The simulator has two: the
 # reference scheduler (what the reference server runs) and vLLM V1's own scheduling. SGLang,

@@ -25,7 +25,7 @@ from fairbench.cli.common import (
     points_failed,
 )
 from fairbench.cli.inputs import SET_HELP, UsageFailure, read_summary, scenario_with
-from fairbench.workload.scenario import ScenarioError
+from fairbench.workload.errors import ScenarioError
 
 OBJECTIVE = Annotated[
     list[str] | None,

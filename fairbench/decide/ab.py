@@ -20,7 +20,7 @@ from typing import Any
 
 from fairbench.decide.compare import Comparison, compare_dirs, default_rows
 from fairbench.decide.points import PointJob, PointResult, PointRunner, PointsFailed
-from fairbench.workload.scenario import Scenario
+from fairbench.workload.models import Scenario
 
 COMPARE_ADVICE = "compare 3 or more pairs (repeat --a RUN --b RUN)"
 AB_ADVICE = "use --iterations 3 or more"

@@ -16,7 +16,8 @@ from typing import Any
 
 from fairbench.decide.points import PointJob, PointRunner, PointsFailed
 from fairbench.decide.sweep import KneeResult, scale_load, search_knee
-from fairbench.workload.scenario import Scenario, parse_scenario
+from fairbench.workload.loading import parse_scenario
+from fairbench.workload.models import Scenario
 
 
 @dataclass(frozen=True)

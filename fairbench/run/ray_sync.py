@@ -12,7 +12,7 @@ from typing import Any
 
 from fairbench.run.ray_actor import CALL_TIMEOUT_S, ActorRun, now
 from fairbench.run.ray_clock import PINGS, ClockOffset, drift, estimate_offset
-from fairbench.workload.scenario import Scenario
+from fairbench.workload.models import Scenario
 
 
 def ping(ray: Any, handle: Any, pings: int = PINGS) -> ClockOffset:
