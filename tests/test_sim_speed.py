@@ -96,3 +96,30 @@ def test_a_simulated_run_writes_records_and_no_journal(tmp_path: Path) -> None:
     assert len(records) == len(plan) == summary["accounting"]["planned"]
     assert sorted(records["request_id"]) == list(range(len(plan)))
     assert json.loads((run_dir / "run.json").read_text())["status"] == "complete"
+
+
+def test_progress_counts_ended_requests_and_virtual_time_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    """The bar's feed: ended requests rise to the planned count, virtual time never goes back,
+    the last word is the summary's; and the records are those of a run nobody watched."""
+    scn = parse_scenario(_scenario("off", duration="60s"))
+    seen: list[tuple[int, int, float, str, str]] = []
+
+    def watch(c: object) -> None:
+        seen.append((c.done, c.planned, c.virtual_s, c.phase, c.line))  # type: ignore[attr-defined]
+
+    watched = pipeline.run_scenario(scn, RunOptions(out=tmp_path / "a", progress=True), watch)
+    quiet = pipeline.run_scenario(scn, RunOptions(out=tmp_path / "b", progress=False))
+    planned = watched.summary["accounting"]["planned"]
+    assert len(seen) >= 3  # at least one mid-run report, the end, and the summary
+    assert all(p == planned for _, p, _, _, _ in seen)
+    done = [d for d, _, _, _, _ in seen]
+    virtual = [v for _, _, v, _, _ in seen]
+    assert done == sorted(done) and virtual == sorted(virtual)
+    assert 0 < done[0] < planned and done[-1] == planned
+    assert "virtual" in seen[0][4] and "ETA" in seen[1][4]
+    assert seen[-1][3] == seen[-1][4] == "summarising"
+    a = pd.read_parquet(watched.run_dir / "records.parquet")
+    b = pd.read_parquet(quiet.run_dir / "records.parquet")
+    pd.testing.assert_frame_equal(a, b)

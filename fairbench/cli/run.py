@@ -278,11 +278,13 @@ def register(app: typer.Typer) -> None:
             task = bar.add_task(f"{scn.name}", total=None, detail="planning")
 
             def progress(c: LiveCounters) -> None:
+                line = getattr(c, "line", None)  # a simulation says its own (run.measure)
                 bar.update(
                     task,
                     total=c.planned,
                     completed=c.done,
-                    detail=(
+                    detail=line
+                    or (
                         f"sent {c.sent} · in flight {c.in_flight} · errors {c.errors} · "
                         f"lag {c.last_lag_ns / 1e6:.2f} ms"
                     ),

@@ -11,7 +11,8 @@ job (fairbench.pipeline).
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,7 @@ import yaml
 from fairbench._version import __version__
 from fairbench.plan.materialize import materialize
 from fairbench.plan.model import Plan
-from fairbench.run.executor import ExecOptions
+from fairbench.run.executor import ExecOptions, LiveCounters
 from fairbench.run.live import Progress, live, uvloop_run
 from fairbench.run.pacer import resolve as resolve_pacing
 from fairbench.run.rundir import (
@@ -68,6 +69,47 @@ class Measurement:
     worker_loop_lags: dict[int, np.ndarray] | None = None
 
 
+@dataclass
+class SimCounters(LiveCounters):
+    """A simulated run's progress: requests ended (finished, rejected, cancelled) of those
+    planned, the virtual seconds simulated of the plan's span, and an ETA: the wall time so
+    far scaled by the virtual time still to simulate (the engine's cost per virtual second is
+    steady under a steady load)."""
+
+    virtual_s: float = 0.0
+    span_s: float = 0.0
+    eta_s: float | None = None
+    phase: str = "simulating"
+
+    @property
+    def line(self) -> str:
+        """What the progress bar says beside the count."""
+        if self.phase != "simulating":
+            return self.phase
+        eta = "" if self.eta_s is None else f" · ETA {self.eta_s:,.0f} s"
+        return f"simulating · virtual {self.virtual_s:,.1f} of {self.span_s:,.1f} s{eta}"
+
+
+def _sim_progress(
+    plan: Plan, progress: Progress | None
+) -> tuple[SimCounters, Callable[[int, int], None] | None]:
+    """The simulator's callback, feeding the CLI's progress bar (None when nobody watches)."""
+    counters = SimCounters(planned=len(plan), span_s=plan.duration_ns / 1e9)
+    if progress is None:
+        return counters, None
+    start = time.monotonic()
+
+    def tell(ended: int, now_ns: int) -> None:
+        counters.done = counters.sent = ended
+        counters.virtual_s = now_ns / 1e9
+        done = min(counters.virtual_s, counters.span_s)
+        if done > 0:
+            counters.eta_s = (time.monotonic() - start) * (counters.span_s - done) / done
+        progress(counters)
+
+    return counters, tell
+
+
 def measure(
     scn: Scenario, options: RunOptions | None = None, progress: Progress | None = None
 ) -> Measurement:
@@ -110,7 +152,11 @@ def measure(
         # crash mid-request in virtual time (a killed simulation is rerun, exactly); at fleet
         # size it was 92 MB of JSON written and never read (issue 35). Records go straight to
         # records.parquet (pipeline.finish).
-        rows, info = run_sim(plan, scn)
+        counters, tell = _sim_progress(plan, progress)
+        rows, info = run_sim(plan, scn, tell)
+        if progress is not None:
+            counters.phase = "summarising"
+            progress(counters)
         return Measurement(run_dir, scn, plan, rows, header, info, stopped, loop_lags, workers)
     workers = options.workers or default_workers(plan)
     setup: dict[str, Any] = {}

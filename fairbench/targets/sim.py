@@ -14,6 +14,7 @@ the live client sees it: the planned `max_tokens`, the served `output_tokens`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -227,9 +228,13 @@ def cut_offs(plan: Plan, scn: Scenario) -> tuple[int, int]:
     return round(scn.run.timeout * 1e9), last + round(scn.run.grace * 1e9)
 
 
-def run_sim(plan: Plan, scn: Scenario) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def run_sim(
+    plan: Plan, scn: Scenario, progress: Callable[[int, int], None] | None = None
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Simulate the plan in virtual time, honouring `run.timeout` and `run.grace` as a live run
-    does; the info names the set-up and carries the scheduler's warnings."""
+    does; the info names the set-up and carries the scheduler's warnings. `progress(ended,
+    now_ns)` is told now and then how many requests have ended and the virtual time (a
+    person's progress bar; it changes nothing)."""
     if plan.sessions is not None:  # multi-turn: closed loop inside each session
         from fairbench.targets.sim_sessions import run_sim_sessions
 
@@ -245,6 +250,7 @@ def run_sim(plan: Plan, scn: Scenario) -> tuple[list[dict[str, Any]], dict[str, 
         # the send, delay_ns earlier
         timeout_ns=None if timeout_ns is None else max(0, timeout_ns - delay_ns),
         stop_ns=stop_ns,
+        progress=progress,
     )
     info: dict[str, Any] = {
         "kind": "sim",

@@ -135,12 +135,15 @@ def simulate(
     timeout_ns: int | None = None,
     stop_ns: int | None = None,
     follow: Callable[[Job], Job | None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> SimResult:
     """Run `jobs` (sorted by arrival_ns) through the configured engine in virtual time.
 
     `timeout_ns`: each job is cancelled that long after its arrival unless finished by then;
     `stop_ns`: every job still live at that instant is cancelled and the simulation ends;
     `follow(job)`: a finished job's successor, or None (sessions; see the module's docstring).
+    `progress(ended, now_ns)`: told every 4,096 events how many jobs have ended (finished,
+    rejected or cancelled) and the virtual time, for a person watching; it changes nothing.
     Released jobs are not in the result's `jobs`: the caller holds them."""
     jobs = list(jobs)
     if config.spec.disaggregation is not None:  # a prefill pool and a decode pool
@@ -193,9 +196,12 @@ def simulate(
                 record(res, r)
             if follow is not None:
                 finished(res)
+            ended[0] += len(res.finished)
             heappush(running, (res.end_ns, r))
         for r in tried:
             heappush(idle, r)
+
+    ended = [0]  # jobs finished, rejected or cancelled, for `progress`
 
     i, n = 0, len(jobs)
     now = 0
@@ -205,7 +211,11 @@ def simulate(
     d = 0  # next job whose timeout is due (arrivals are sorted, so deadlines are too)
     never = 1 << 62
     stop_at = never if stop_ns is None else stop_ns
+    events = 0
     while i < n or running or released:
+        events += 1
+        if progress is not None and not events & 4095:
+            progress(ended[0], now)
         t_list = jobs[i].arrival_ns if i < n else never
         t_arrive = min(t_list, released[0][0]) if released else t_list
         t_step = running[0][0] if running else never
@@ -220,7 +230,7 @@ def simulate(
                 d += 1
             now = t_due
             if job.status in live:
-                cancel(job, now)
+                ended[0] += cancel(job, now)
                 if log is not None:
                     log.append((now, "timeout", job.id, job.replica))
             continue
@@ -246,6 +256,7 @@ def simulate(
                 i += 1
             now = job.arrival_ns
             verdict = engine.submit(job, now)
+            ended[0] += not verdict.accepted
             if log is not None:
                 log.append((now, "arrive" if verdict.accepted else "reject", job.id, -1))
             if verdict.accepted and idle:
@@ -261,8 +272,11 @@ def simulate(
             record(res, r)
         if follow is not None:
             finished(res)
+        ended[0] += len(res.finished)
         heappush(running, (res.end_ns, r))
         if res.finished and idle and len(policy):
             kick(now)
+    if progress is not None:
+        progress(len(jobs) + len(joined), now)  # the stop cancelled whatever was left
     decode_ends = [np.asarray(rep.decode_ends, dtype=np.int64) for rep in engine.replicas]
     return SimResult(jobs, decode_ends, now, sum(rep.steps for rep in engine.replicas), log)
