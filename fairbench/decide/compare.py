@@ -32,8 +32,9 @@ threshold and A's interval) is `worse`, A's above B's `better`. A censored tail 
 
 Too little data is said, not judged: a request-level row needs MIN_PER_ARM observations in
 each arm (one pair: in each run; k ≥ 2 pairs: over the arm's runs, since the interval over the
-pairs then carries each run's own noise, however few requests made its figure), and the one-pair block bootstrap needs MIN_BLOCKS time blocks (with
-k ≥ 2 pairs and fewer blocks, the t interval over pairs alone is used).
+pairs then carries each run's own noise, however few requests made its figure), and the
+one-pair block bootstrap needs MIN_BLOCKS time blocks (with k ≥ 2 pairs and fewer blocks, the
+t interval over pairs alone is used).
 
 Verdict per row: `better` or `worse` when the interval excludes 0 *and* the change exceeds the
 metric's practical threshold (printed with each row); otherwise `no significant change`. An
@@ -43,22 +44,20 @@ INVALID run, a metric that cannot be computed, or metadata that differ yield a r
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 from scipy import stats as sps
 
 from fairbench.analysis import censored, registry
 from fairbench.analysis.blocks import unloaded_ns
 from fairbench.analysis.columns import Cols
 from fairbench.analysis.registry import Metric, Name
+from fairbench.decide.runs import CompareRefused, RunData, check_comparable, load_run
 
-CHECKED_METADATA = ("plan_digest", "scenario", "schema_version")
 MIN_PER_ARM = 20  # observations of a row's group in each arm below which no verdict is called
 MIN_BLOCKS = 10  # time blocks a block bootstrap needs (fewer: its percentiles are a few values)
 
@@ -81,10 +80,6 @@ OVERALL = (
 )
 PER_CLASS = ("ttft_p99", "e2e_p99", "slo_attainment", "throughput_share")
 PER_TENANT = ("ttft_p99", "e2e_p99", "slo_attainment", "throughput_share", "isolation")
-
-
-class CompareRefused(Exception):
-    """The runs cannot be compared; the message says why."""
 
 
 @dataclass
@@ -163,43 +158,6 @@ class Comparison:
 
     def get(self, metric: str) -> Verdict | None:
         return next((v for v in self.verdicts if v.metric == metric), None)
-
-
-@dataclass(frozen=True)
-class RunData:
-    path: Path
-    summary: dict[str, Any]
-    records: pd.DataFrame  # measurement window only, sorted by request_id
-
-
-def load_run(path: Path) -> RunData:
-    try:
-        summary = json.loads((path / "summary.json").read_text(encoding="utf-8"))
-        records = pd.read_parquet(path / "records.parquet")
-    except FileNotFoundError as error:
-        missing = Path(str(error.filename)).name
-        raise CompareRefused(f"{path}: not a run directory ({missing} missing)") from None
-    except (ValueError, OSError) as error:
-        raise CompareRefused(f"{path}: unreadable run ({type(error).__name__}: {error})") from None
-    lo, hi = summary["window_s"]
-    t = records["t_intended_ns"].to_numpy(dtype=np.float64) / 1e9
-    records = records[(t >= lo) & (t <= hi)].sort_values("request_id").reset_index(drop=True)
-    return RunData(path, summary, records)
-
-
-def check_comparable(a: RunData, b: RunData) -> None:
-    for key in CHECKED_METADATA:
-        if a.summary.get(key) != b.summary.get(key):
-            raise CompareRefused(
-                f"{key} differs: {a.summary.get(key)!r} ({a.path}) vs {b.summary.get(key)!r} "
-                f"({b.path}); A and B must replay the same plan"
-            )
-    for run in (a, b):
-        if not run.summary.get("valid", False):
-            reasons = "; ".join(run.summary.get("invalid_reasons", [])) or "unknown"
-            raise CompareRefused(
-                f"{run.path} is INVALID ({reasons}); an invalid run is not compared"
-            )
 
 
 def default_rows(classes: list[str], tenants: list[str]) -> list[Name]:
