@@ -300,3 +300,22 @@ def test_session_figures_from_the_records() -> None:
     starts = [rows[r[0]]["t_intended_ns"] / 1e9 for r in sessions.values()]
     assert late["sessions"] == sum(10.0 <= t <= 30.0 for t in starts)
     assert session_block(df[df["session_id"].isna()], 1.5) == {}
+
+
+def test_what_sessions_cannot_do_is_refused_naming_the_field() -> None:
+    data = chat_scenario().model_dump(mode="json", exclude_none=True)
+    data["workloads"]["emb"] = {
+        "endpoint": "embeddings",
+        "prompt_tokens": 10,
+        "session": {"turns": 2},
+    }
+    with pytest.raises(ScenarioError) as error:
+        parse_scenario(data)
+    assert "workloads.emb.session: embeddings have no conversation" in str(error.value)
+    data = chat_scenario().model_dump(mode="json", exclude_none=True)
+    data["scheduler"]["disaggregation"] = {"prefill_replicas": 1, "decode_replicas": 1}
+    with pytest.raises(ScenarioError) as error:
+        parse_scenario(data)
+    assert "scheduler.disaggregation: the simulator runs sessions colocated only" in str(
+        error.value
+    )

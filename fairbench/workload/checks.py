@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from fairbench.workload.errors import ScenarioError
 from fairbench.workload.models import ConstantDist, Scenario, TraceArrival
+from fairbench.workload.sessions import session_problems
 
 # Targets reached over HTTP at a URL the user gives: a `reference` target starts its own server
 # (unless --target-url points at one) and `sim` has no server at all.
@@ -210,6 +211,7 @@ def _cross_check(scn: Scenario) -> list[str]:
                 problems.append(
                     f"{at}.output_tokens: embeddings produce no output tokens; remove it"
                 )
+    problems += session_problems(scn)  # fairbench.workload.sessions
     all_trace = all(isinstance(t.arrival, TraceArrival) for t in scn.tenants)
     if scn.run.duration is None and scn.run.requests is None and not all_trace:
         problems.append(

@@ -19,10 +19,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from fairbench.workload.models import ConstantTime, ExponentialTime, TimeDist, UniformTime
+from fairbench.workload.models import (
+    ConstantTime,
+    ExponentialTime,
+    Scenario,
+    TimeDist,
+    TraceArrival,
+    UniformTime,
+)
 from fairbench.workload.prompts import _words
 
-__all__ = ["conversation_ids", "output_ids", "sample_seconds", "truncate"]
+__all__ = ["conversation_ids", "output_ids", "sample_seconds", "session_problems", "truncate"]
 
 _OUTPUT_DOMAIN = 0x07E7_0017  # a domain of its own: no output shares words with a prompt seed
 
@@ -53,3 +60,30 @@ def conversation_ids(history: list[np.ndarray], user: np.ndarray, limit: int) ->
     """Turn k's prompt: the conversation so far (`history`: turn 1's user ids, its output ids,
     …) then this turn's user ids, truncated to `limit` (0: no limit)."""
     return truncate(np.concatenate([*history, user]) if history else user, limit)
+
+
+def session_problems(scn: Scenario) -> list[str]:
+    """What a scenario asks of sessions that cannot be done, one line each, naming the field:
+    embeddings have no conversation, a trace replays each row as one request, and the
+    disaggregated simulator runs independent requests only."""
+    problems = []
+    users = {name for name, wl in scn.workloads.items() if wl.session is not None}
+    for name in sorted(users):
+        if scn.workloads[name].endpoint == "embeddings":
+            problems.append(
+                f"workloads.{name}.session: embeddings have no conversation; remove session "
+                "or use endpoint chat or completions"
+            )
+    for i, tenant in enumerate(scn.tenants):
+        if isinstance(tenant.arrival, TraceArrival) and users & set(scn.mix_of(tenant)):
+            problems.append(
+                f"tenants[{i}].mix: a trace replays each row as one request, so a workload with "
+                f"a session ({', '.join(sorted(users & set(scn.mix_of(tenant))))}) cannot be in "
+                "its mix; give the trace a workload without session"
+            )
+    if users and scn.target.kind == "sim" and scn.scheduler.get("disaggregation") is not None:
+        problems.append(
+            "scheduler.disaggregation: the simulator runs sessions colocated only, for now; "
+            "remove disaggregation or the workloads' session"
+        )
+    return problems
