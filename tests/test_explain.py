@@ -56,12 +56,26 @@ def test_the_same_run_twice_has_no_shift(base: pd.DataFrame) -> None:
     assert all(c["share"] == 0 for c in out["causes"] if c["name"] != "within_noise")
 
 
-def test_kv_jitter_is_found_in_transfer_on_an_untuned_seed(base: pd.DataFrame) -> None:
-    out = explain(base, _run(21, jitter=HEAVY))
+@pytest.mark.parametrize(
+    ("cause", "override"),
+    [
+        ("kv_transfer_variance", {"jitter": HEAVY}),
+        ("priority_without_fairness", {"policy": "priority"}),
+        ("slo_mismatch", {"policy": "fifo"}),
+    ],
+)
+def test_each_cause_ranks_first_on_an_untuned_seed(
+    base: pd.DataFrame, cause: str, override: dict[str, Any]
+) -> None:
+    """The scoring was looked at on seed 1 (the scenario's); this is seed 21, 90 s, one burst."""
+    out = explain(base, _run(21, **override))
     ranked = [n for n in _names(out) if n != "within_noise"]
-    assert ranked[0] == "kv_transfer_variance"
+    assert ranked[0] == cause, out["causes"]
+
+
+def test_kv_jitter_grows_the_transfer_component(base: pd.DataFrame) -> None:
+    out = explain(base, _run(21, jitter=HEAVY))
     assert out["components"]["kv_transfer"]["ci_low_ms"] > 0
-    assert out["shift"]["relative"] > 0
 
 
 def test_components_sum_to_ttft_in_every_record(base: pd.DataFrame) -> None:

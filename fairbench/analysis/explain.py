@@ -15,6 +15,8 @@ candidate) and returns, all from the records alone:
   decode_wait_ns); the tail is each run's requests at or above its own TTFT p98. Each
   component's growth is the candidate's tail mean minus the baseline's (ms) with a 95% bootstrap
   interval (tail requests resampled, runs independent).
+- `queue_length`: the waiting queue's length through each run, per window, and the variance
+  ratio with its interval (fairbench.analysis.explain_queue);
 - `causes`, ranked by share of the tail's growth, each with its evidence:
   - `kv_transfer_variance`: the growth in KV transfer, plus — when that growth's interval
     excludes 0 — the decode wait's growth that the policy causes below do not account for;
@@ -44,6 +46,7 @@ import pandas as pd
 
 from fairbench.analysis import censored
 from fairbench.analysis.drift import drift
+from fairbench.analysis.explain_queue import queue_length
 
 TAIL_Q = 0.98
 BOOT = 400
@@ -379,6 +382,7 @@ def explain(
             "slo_class": _group_shifts(base, cand, "slo_class"),
         },
         "components": components,
+        "queue_length": queue_length(base, cand, seed=seed),
         "causes": causes,
     }
 

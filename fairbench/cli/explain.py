@@ -63,6 +63,18 @@ def _print(out: dict[str, Any]) -> None:
             continue
         band = f"[{c['ci_low_ms']:+.1f}, {c['ci_high_ms']:+.1f}]"
         console.print(f"  {name:<12} {c['growth_ms']:+8.1f} ms  {band}", markup=False)
+    q = out["queue_length"]
+    if q["variance_ratio"] is not None:
+        band = (
+            f"[{q['ci_low']:.2f}, {q['ci_high']:.2f}] (95%, {q['ci_method']})"
+            if q.get("ci_low") is not None
+            else f"no interval ({q.get('ci_reason')})"
+        )
+        console.print(
+            f"queue length: mean {q['baseline']['mean']:.2f} -> {q['candidate']['mean']:.2f}, "
+            f"variance ratio {q['variance_ratio']:.2f} {band}",
+            markup=False,
+        )
     console.print("causes, ranked:", markup=False)
     for rank, cause in enumerate(out["causes"], start=1):
         console.print(
