@@ -30,9 +30,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-RECORD_SCHEMA_VERSION = 5  # 2: t_end_ns; 3: rx_delay_ns, rx_delay_max_ns, rx_error_ns,
+RECORD_SCHEMA_VERSION = 6  # 2: t_end_ns; 3: rx_delay_ns, rx_delay_max_ns, rx_error_ns,
 # server_received_ns, t_written_ns; 4: passed_over_ns, backlog_ns; 5: prefill_ns,
-# kv_transfer_ns, decode_wait_ns
+# kv_transfer_ns, decode_wait_ns; 6: session_id, turn
 STATUSES = ("ok", "error", "timeout", "rejected", "cancelled")
 ERROR_KINDS = (
     "connect",  # could not connect / connection refused
