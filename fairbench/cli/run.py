@@ -134,10 +134,10 @@ def simulate_and_compare(
     """Simulate the live run's plan into RUN/sim/ and write the fidelity files there, as
     `fairbench fidelity RUN RUN/sim` does; the headline lines to print. The live run's verdict
     stays the exit code: a simulation that cannot be compared says why in a line."""
-    from fairbench.report.fidelity_outputs import mape_line, measure_fidelity
     from fairbench.decide.fidelity import FidelityRefused
     from fairbench.pipeline import run_scenario
     from fairbench.report import write_run_report
+    from fairbench.report.fidelity_outputs import mape_line, measure_fidelity
     from fairbench.run import RunOptions
 
     sim_dir = run_dir / "sim"
