@@ -67,13 +67,24 @@ class Observations:
         rate = len(self.t) / span_s if span_s > 0 else None
         return iv.with_rate(iv.batching(series), rate)
 
+    @cached_property
+    def score_acf(self) -> np.ndarray:
+        """The normal scores' autocorrelations in time order (`iv.copula_factor` reads them)."""
+        series = self.in_time_order
+        if series is None:
+            return np.zeros(0)
+        return iv.normal_scores_acf(series, iv.copula_lags(len(series), self.dependence))
+
     def dependence_at(self, threshold: float) -> iv.Dependence:
-        """The batching with τ of the indicator 1{latency ≤ threshold} in time order."""
+        """The batching with τ of the indicator 1{latency ≤ threshold} in time order: the larger
+        of batch means' and the Gaussian copula's (see fairbench.analysis.intervals)."""
         series = self.in_time_order
         if series is None:
             return iv.IID
         dep = self.dependence
-        return iv.with_factor(dep, iv.long_run_factor(series <= threshold, dep))
+        below = series <= threshold
+        copula = iv.copula_factor(self.score_acf, len(series), float(below.mean()))
+        return iv.with_factor(dep, max(iv.long_run_factor(below, dep), copula))
 
     @cached_property
     def km(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
