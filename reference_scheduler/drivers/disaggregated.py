@@ -38,7 +38,6 @@ import heapq
 import numpy as np
 
 from reference_scheduler.core.job import Job
-from reference_scheduler.drivers.virtual import SimResult
 from reference_scheduler.scheduler.config import SchedulerConfig, parse_scheduler_config
 from reference_scheduler.scheduler.disaggregation import KvLink
 from reference_scheduler.scheduler.vllm import make_engine
@@ -79,9 +78,11 @@ def simulate_disaggregated(
     config: SchedulerConfig,
     timeout_ns: int | None = None,
     stop_ns: int | None = None,
-) -> SimResult:
-    """`virtual.simulate` for a config with `disaggregation`: same inputs, same result shape
-    (token times index the decode pool's replicas)."""
+) -> tuple[list[Job], list[np.ndarray], int, int]:
+    """`virtual.simulate` for a config with `disaggregation`: the jobs (their outcome written
+    in), the decode pool's decode-step end times per replica (token times index them), the last
+    event's time and the steps run; virtual.simulate wraps them in its SimResult (this module
+    does not import it: drivers/virtual imports this one)."""
     dis = config.spec.disaggregation
     assert dis is not None
     p_config, d_config = pool_configs(config)
@@ -184,7 +185,7 @@ def simulate_disaggregated(
         merge(job, pjobs.get(job.id), djobs.get(job.id))
     decode_ends = [np.asarray(rep.decode_ends, dtype=np.int64) for rep in de.replicas]
     steps = sum(rep.steps for rep in pe.replicas) + sum(rep.steps for rep in de.replicas)
-    return SimResult(jobs, decode_ends, now, steps, None)
+    return jobs, decode_ends, now, steps
 
 
 def cancel(

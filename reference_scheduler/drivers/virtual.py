@@ -151,7 +151,7 @@ def simulate(
 
         if follow is not None:
             raise ValueError("scheduler.disaggregation: sessions run colocated only, for now")
-        return simulate_disaggregated(jobs, config, timeout_ns, stop_ns)
+        return SimResult(*simulate_disaggregated(jobs, config, timeout_ns, stop_ns), None)
     engine = make_engine(config)  # scheduler.engine: reference or vllm
     policy = engine.policy
     step = engine.step
