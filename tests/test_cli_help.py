@@ -38,6 +38,7 @@ COMMANDS = [
     "fidelity",
     "profile",
     "history",
+    "explain",
 ]
 ENV = {**os.environ, "COLUMNS": "100", "LINES": "50", "TERM": "dumb", "NO_COLOR": "1"}
 REGEN = os.environ.get("FAIRBENCH_REGEN_GOLDEN") == "1"

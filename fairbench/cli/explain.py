@@ -97,10 +97,14 @@ def _finite(value: Any) -> Any:
 def register(app: typer.Typer) -> None:
     @app.command()
     def explain(
-        baseline: Annotated[Path, typer.Argument(help="the baseline run's directory")],
-        candidate: Annotated[Path, typer.Argument(help="the candidate run's directory")],
+        baseline: Annotated[
+            Path, typer.Argument(help="the baseline run's directory", metavar="BASELINE")
+        ],
+        candidate: Annotated[
+            Path, typer.Argument(help="the candidate run's directory", metavar="CANDIDATE")
+        ],
         metric: Annotated[
-            str, typer.Option("--metric", help="the metric to explain (ttft_p99)")
+            str, typer.Option("--metric", help="the metric to explain (ttft_p99)", metavar="METRIC")
         ] = "ttft_p99",
         as_json: Annotated[
             bool, typer.Option("--json", help="print the explanation as JSON")
