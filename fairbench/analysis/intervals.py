@@ -56,7 +56,7 @@ MIN_BATCHES = 10  # fewer cannot estimate a long-run variance (Law & Kelton: 10�
 MAX_BATCHES = 30
 MIN_DEPENDENCE_N = 30  # below this the series is treated as i.i.d. (nothing to estimate)
 DEPENDENCE_LEVEL = 0.90
-MAX_BLOCK_SAMPLE = 20_000  # Politis–White on at most this many leading values: 10 ms, not 0.3 s a group
+MAX_BLOCK_SAMPLE = 20_000  # Politis–White on at most this many leading values (10 ms, not 0.3 s)
 
 METHOD_EXACT = "order statistics (binomial ranks, interpolated)"
 METHOD_DEPENDENT = (
