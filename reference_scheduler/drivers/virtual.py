@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -47,6 +47,8 @@ class SimResult:
     end_ns: int  # when the last event happened
     steps: int  # iterations run over all replicas
     trace: list[tuple[int, str, int, int]] | None  # (t_ns, event, job id, replica) if asked
+    # the control loops' actions, (loop, action) -> count (scheduler/control.py); {} when off
+    control: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def column(self, name: str) -> np.ndarray:
         return np.fromiter(
@@ -279,4 +281,10 @@ def simulate(
     if progress is not None:
         progress(len(jobs) + len(joined), now)  # the stop cancelled whatever was left
     decode_ends = [np.asarray(rep.decode_ends, dtype=np.int64) for rep in engine.replicas]
-    return SimResult(jobs, decode_ends, now, sum(rep.steps for rep in engine.replicas), log)
+    control = getattr(engine, "control", None)
+    if control is not None and log is not None:  # its actions join the trace, in time order
+        log.extend((t, f"control:{loop}:{action}", job, -1) for t, loop, action, job in control.log)
+        log.sort(key=lambda event: event[0])
+    counts = dict(control.counts) if control is not None else {}
+    steps = sum(rep.steps for rep in engine.replicas)
+    return SimResult(jobs, decode_ends, now, steps, log, counts)

@@ -85,6 +85,7 @@ class Tiered(BasePolicy):
         self.quotas = [t.quota for t in tiers]
         self.ceilings = [min(1.0, t.quota * (1.0 + borrow_ratio)) for t in tiers]
         self.floors = floors(self.quotas, self.ceilings)
+        self._lend = self.ceilings  # the ceilings in force: the quotas while reclaiming
         self._tier_by_class = {c: k for k, t in enumerate(tiers) for c in (t.classes or (t.name,))}
         self.running = [0] * len(tiers)
         self.capacity = 1
@@ -107,9 +108,14 @@ class Tiered(BasePolicy):
             running = self.running[k]
             if running < self.floors[k] * capacity:
                 return k
-            if borrower is None and running < self.ceilings[k] * capacity:
+            if borrower is None and running < self._lend[k] * capacity:
                 borrower = k
         return borrower
+
+    def reclaim(self, on: bool) -> None:
+        """The congestion loop's reclaim_borrowed (scheduler/control.py): while on, no tier
+        borrows (each ceiling is its quota), so slots borrowers free go back to their owners."""
+        self._lend = self.quotas if on else self.ceilings
 
     def enqueue(self, job: Job, now_ns: int) -> Verdict:
         verdict = self.children[self.tier_of(job)].enqueue(job, now_ns)

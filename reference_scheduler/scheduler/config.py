@@ -19,6 +19,8 @@
       disaggregation: {prefill_replicas: 2, decode_replicas: 2,
                        kv_transfer: {bandwidth: 50GB/s, latency: 1ms,
                                      jitter: {dist: lognormal, median: 2ms, p99: 80ms}}}
+      control: {congestion: {q_high: 200, actions: [degrade_max_tokens, reject_best_effort]},
+                resource: {window: 30s, slo_min: 0.95}}            # see control.py
 
 Validated up front; a problem is reported as `scheduler.<field>: ...` on one line. A setting
 that is valid but makes a policy degenerate (see reference_scheduler.policies) is not an error;
@@ -39,7 +41,8 @@ from reference_scheduler.core.policy import Policy
 from reference_scheduler.core.preemption import PreemptionSpec
 from reference_scheduler.core.prefix_cache import PrefixCacheSpec
 from reference_scheduler.core.validation import lines_from
-from reference_scheduler.policies import PolicySpecError, policy_factory, pool_of
+from reference_scheduler.policies import PRESETS, PolicySpecError, policy_factory, pool_of
+from reference_scheduler.scheduler.control import ControlSpec
 from reference_scheduler.scheduler.disaggregation import DisaggregationSpec
 
 
@@ -70,6 +73,8 @@ class SchedulerSpec(BaseModel):
     preemption: PreemptionSpec | None = None
     # a prefill pool and a decode pool joined by a KV link (disaggregation.py); None: colocated
     disaggregation: DisaggregationSpec | None = None
+    # the congestion and resource loops (control.py); None: neither
+    control: ControlSpec | None = None
     tier_ranks: dict[str, int] = Field(
         default_factory=lambda: {"interactive": 0, "batch": 1, "best-effort": 2},
         description="tier name -> rank (lower is more urgent); demotion moves one rank down",
@@ -115,6 +120,7 @@ _NOT_VLLM = {
     "tier_ranks": "vLLM orders by the request priority only; remove it",
     "admit_every": "vLLM V1 schedules waiting requests every step; remove it",
     "disaggregation": "prefill/decode pools run the reference engine; remove it",
+    "control": "the control loops run in the reference engine; remove it",
 }
 
 
@@ -194,4 +200,22 @@ def parse_scheduler_config(block: dict[str, Any] | None) -> SchedulerConfig:
         problems.append(str(error))
     if problems or profile is None or factory is None:
         raise SchedulerConfigError(problems)
+    if spec.control is not None and spec.disaggregation is not None:
+        raise SchedulerConfigError(
+            ["scheduler.control: the control loops run colocated only, for now; remove it"]
+        )
+    cong = spec.control.congestion if spec.control is not None else None
+    if cong is not None and "reclaim_borrowed" in cong.actions and not _tiered(spec.policy):
+        warnings.append(
+            "control.congestion.actions: reclaim_borrowed does nothing without a tiered policy "
+            "(no tier lends quota); remove it or use tiered"
+        )
     return SchedulerConfig(spec, profile, factory, tuple(f"scheduler.{w}" for w in warnings))
+
+
+def _tiered(policy: str | dict[str, Any]) -> bool:
+    """Whether a policy spec (a name, a preset or a mapping) is the tiered policy."""
+    name = policy if isinstance(policy, str) else policy.get("name")
+    if isinstance(name, str) and name in PRESETS:
+        name = PRESETS[name]["name"]
+    return name == "tiered"

@@ -40,6 +40,7 @@ from reference_scheduler.core.policy import Policy, Verdict
 from reference_scheduler.core.preemption import Preemption, PreemptionSpec
 from reference_scheduler.core.prefix_cache import PrefixCache
 from reference_scheduler.scheduler.config import SchedulerConfig
+from reference_scheduler.scheduler.control import Control
 from reference_scheduler.scheduler.passover import PassOver, wait_ends, wait_from
 
 
@@ -160,6 +161,8 @@ class Engine:
         self._steal_at_arrival = len(self.replicas) == 1
         self._wake_ns = round(self.profile.idle_wake_ms * 1e6)
         self._idle_after_ns = round(self.profile.idle_after_ms * 1e6)
+        # the congestion and resource loops (control.py), when configured
+        self.control = Control(spec.control, self.policy) if spec.control is not None else None
 
     # ------------------------------------------------------------------ requests
 
@@ -174,6 +177,13 @@ class Engine:
             job.status = "rejected"
             job.reject_code = 400
             return Verdict(False, 400, 0, "context_length_exceeded")
+        if self.control is not None:
+            refused = self.control.submit(job, now_ns)
+            if refused is not None:
+                job.status = "rejected"
+                job.reject_code = refused.code
+                job.retry_after_s = refused.retry_after_s
+                return refused
         verdict = self.admission.enter(job, now_ns, self.policy)
         if verdict.accepted:
             self.passover.arrived(job)
@@ -429,6 +439,8 @@ class Engine:
         rep.free_blocks += job.blocks
         self.policy.release(job, end)
         rep.result.finished.append(job)
+        if self.control is not None:
+            self.control.finished(job)
 
     def step(self, r: int, now_ns: int) -> StepResult | None:
         rep = self.replicas[r]
@@ -438,6 +450,8 @@ class Engine:
         res.first_tokens.clear()
         res.finished.clear()
         res.preempted.clear()
+        if self.control is not None:
+            self.control.step(now_ns, len(self.policy))
         if (len(self.policy) or rep.resume) and (
             rep.batch == 0 or rep.steps % prof.admit_every == 0
         ):

@@ -9,6 +9,7 @@ scheduler_queue_depth_by{dimension,name}             waiting jobs per tier / ten
 scheduler_running                                    jobs in the engine
 scheduler_vtc_counter{tenant}                        VTC's service counters (vtc/lcf)
 scheduler_borrow_ratio{tier_from,tier_to}            capacity a tier borrows from another (tiered)
+scheduler_control_actions_total{loop,action}         control-loop actions (scheduler/control.py)
 scheduler_step_duration_seconds                      histogram of engine step times
 scheduler_step_lag_seconds                           histogram: how late the driver woke
 
@@ -86,6 +87,16 @@ class _EngineCounters(Collector):
         for (tenant, cls), n in sorted(pre.by_tenant_class.items()):
             preempt.add_metric([tenant, cls], n)
         yield preempt
+        control = getattr(engine, "control", None)
+        if control is not None:  # the congestion and resource loops (scheduler/control.py)
+            actions = CounterMetricFamily(
+                "scheduler_control_actions",
+                "Actions the control loops took (engagements, releases, signals)",
+                labels=["loop", "action"],
+            )
+            for (loop, action), n in sorted(control.counts.items()):
+                actions.add_metric([loop, action], n)
+            yield actions
         faults = self.metrics_faults
         if faults is not None:
             injected = CounterMetricFamily(
