@@ -202,3 +202,27 @@ def test_pitfall_both_loops_act_on_one_episode() -> None:
     assert result.trace is not None
     scale = min(t for t, e, _, _ in result.trace if e == "control:resource:scale_out") / 1e9
     assert degrade is not None and abs(scale - degrade) < 5  # the same burst, both loops
+
+
+def test_preemption_quota_lets_a_missing_tenant_preempt_its_own_tier() -> None:
+    block = {
+        "profile": {"constant_step_ms": 1.0, "kv_cache_tokens": 10**6, "max_num_seqs": 1},
+        "preemption": {"mode": "recompute"},
+        "control": {"resource": {"preemption_quota": 1}},
+    }
+
+    def second_job_preempts(credits: int) -> bool:
+        engine = Engine(parse_scheduler_config(block))
+        assert engine.control is not None
+        long = Job(0, "calm", "interactive", 10, 1000, 0)
+        engine.submit(long, 0)
+        engine.step(0, 0)  # the calm tenant's long job takes the only slot
+        engine.control.credits["late"] = credits  # what a missed evaluation grants
+        engine.submit(Job(1, "late", "interactive", 10, 5, 1_000_000), 1_000_000)
+        engine.step(0, 1_000_000)
+        return long.status == "preempted"
+
+    assert not second_job_preempts(0)  # same tier, no grant: it waits
+    assert second_job_preempts(1)
+    warned = parse_scheduler_config({**block, "preemption": None})
+    assert any("preemption_quota: grants nothing" in w for w in warned.warnings)

@@ -210,6 +210,16 @@ def parse_scheduler_config(block: dict[str, Any] | None) -> SchedulerConfig:
             "control.congestion.actions: reclaim_borrowed does nothing without a tiered policy "
             "(no tier lends quota); remove it or use tiered"
         )
+    res = spec.control.resource if spec.control is not None else None
+    if (
+        res is not None
+        and res.preemption_quota
+        and (spec.preemption or PreemptionSpec()).mode == "none"
+    ):
+        warnings.append(
+            "control.resource.preemption_quota: grants nothing without preemption; set "
+            "scheduler.preemption.mode (cooperative, swap or recompute) or remove it"
+        )
     return SchedulerConfig(spec, profile, factory, tuple(f"scheduler.{w}" for w in warnings))
 
 

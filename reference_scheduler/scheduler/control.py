@@ -18,6 +18,7 @@ loop over seconds, both optional, both counted.
           min_samples: 10                #   not judged); fewer finished jobs: not judged
           weight_step: 0.25              # a missing tenant's weight += step, within bounds;
           weight_bounds: [0.5, 4]        #   back by a step once it attains again
+          preemption_quota: 2            # preemptions of its own tier a missing tenant may make
           scale_out: {signal: true, cooldown: 60s}
 
 Congestion ladder. The actions are rungs taken in their listed order: the first when the queue
@@ -41,10 +42,13 @@ Resource loop. Every `interval` it computes each tenant's TTFT attainment over t
 finished in the last `window` (the share whose first token came within its class's target);
 a tenant below `slo_min` gets `weight_step` more weight (for weighted policies: dwrr, wfq, sfq,
 vtc read a job's weight) up to the upper bound, applied to its jobs from their arrival on, and a
-tenant that attains again steps back towards its configured weight. Any tenant below `slo_min`
-raises a scale-out signal, at most once per `cooldown`: a signal, counted, since the simulated
-pool is fixed. A long window averages a burst away and reacts late; that is one of the three
-pitfalls (scenarios/control-*.yaml, docs/control.md).
+tenant that attains again steps back towards its configured weight. A tenant below `slo_min`
+is also granted `preemption_quota` preemptions (reset, not added, at each evaluation it misses;
+they need `scheduler.preemption.mode`): its waiting jobs may then preempt running jobs of their
+own tier from tenants that are attaining, one grant each, where otherwise a job preempts only
+lower tiers. Any tenant below `slo_min` raises a scale-out signal, at most once per `cooldown`:
+a signal, counted, since the simulated pool is fixed. A long window averages a burst away and
+reacts late; that is one of the three pitfalls (scenarios/control-*.yaml, docs/control.md).
 
 Every action is counted in `counts[(loop, action)]` (the server exports it as
 `scheduler_control_actions_total{loop, action}`; releases are counted as action "release") and
@@ -122,6 +126,7 @@ class ResourceSpec(BaseModel):
     min_samples: int = Field(10, ge=1)
     weight_step: float = Field(0.25, ge=0, allow_inf_nan=False)
     weight_bounds: tuple[float, float] = (0.5, 4.0)
+    preemption_quota: int = Field(0, ge=0, description="same-tier preemptions granted (0: off)")
     scale_out: ScaleOutSpec | None = None
 
     _seconds = field_validator("window", "interval", mode="before")(_duration)
@@ -163,6 +168,8 @@ class Control:
         self._done: deque[tuple[int, str, bool]] = deque()  # (done ns, tenant, attained)
         self._next_eval_ns = 0
         self._last_signal_ns: int | None = None
+        self.credits: dict[str, int] = {}  # tenant -> same-tier preemptions granted
+        self.missing: set[str] = set()  # tenants below slo_min at the last evaluation
 
     def _act(self, now_ns: int, loop: str, action: str, job: int = -1) -> None:
         self.counts[loop, action] += 1
@@ -232,6 +239,17 @@ class Control:
         if reclaim is not None:
             reclaim(on)
 
+    def may_preempt(self, tenant: str, victim: Job) -> bool:
+        """Whether `tenant`'s waiting job may preempt `victim` of its own tier (a grant)."""
+        return (
+            self.credits.get(tenant, 0) > 0
+            and victim.tenant != tenant
+            and victim.tenant not in self.missing
+        )
+
+    def spend(self, tenant: str, n: int) -> None:
+        self.credits[tenant] -= n
+
     def attainment(self, now_ns: int) -> dict[str, tuple[float, int]]:
         """tenant -> (TTFT attainment, jobs) over the jobs finished in the last window."""
         res = self.spec.resource
@@ -251,6 +269,7 @@ class Control:
         self._next_eval_ns = now_ns + int(res.interval * 1e9)
         lo, hi = res.weight_bounds
         missing = False
+        self.missing.clear()
         for tenant, (share, n) in sorted(self.attainment(now_ns).items()):
             if n < res.min_samples:
                 continue
@@ -258,6 +277,10 @@ class Control:
             weight = self.weights.get(tenant, base)
             if share < res.slo_min:
                 missing = True
+                self.missing.add(tenant)
+                if res.preemption_quota:
+                    self.credits[tenant] = res.preemption_quota
+                    self._act(now_ns, "resource", "preemption_quota")
                 new = min(hi, max(lo, weight + res.weight_step))
                 action = "weight_up"
             else:

@@ -163,6 +163,7 @@ class Engine:
         self._idle_after_ns = round(self.profile.idle_after_ms * 1e6)
         # the congestion and resource loops (control.py), when configured
         self.control = Control(spec.control, self.policy) if spec.control is not None else None
+        self._granted: Job | None = None  # a job that preempted its own tier: it goes next
 
     # ------------------------------------------------------------------ requests
 
@@ -261,8 +262,16 @@ class Engine:
         admission loop should look again (something changed)."""
         pre = self.preemption
         cooperative = pre.spec.mode == "cooperative"
+        control = self.control
+        # the resource loop's preemption quota lets a missing tenant preempt its own tier too
+        grant = control.may_preempt if control is not None else None
         victims = sorted(
-            (j for j in rep.running.values() if j.priority > cand.priority),
+            (
+                j
+                for j in rep.running.values()
+                if j.priority > cand.priority
+                or (grant and j.priority == cand.priority and grant(cand.tenant, j))
+            ),
             key=lambda j: (-j.priority, -j.admit_ns, -j.seq),
         )
         if not victims:
@@ -279,6 +288,9 @@ class Engine:
                 blocks += victim.blocks
         if not (slots < self.profile.max_num_seqs and need <= blocks):
             return False  # even all lower-tier victims would not make room
+        same = sum(1 for victim in chosen if victim.priority == cand.priority)
+        if same and (control is None or same > control.credits.get(cand.tenant, 0)):
+            return False  # more same-tier victims than the resource loop granted
         for victim in chosen:
             if pre.over_budget(victim.tenant, now_ns):
                 lower = self._lower_rank(cand.priority)
@@ -292,6 +304,9 @@ class Engine:
                 return True
         for victim in chosen:
             self._preempt(rep, victim, now_ns)
+        if same and control is not None:
+            control.spend(cand.tenant, same)
+            self._granted = cand  # its victims must not resume into the room made for it
         return True
 
     def _preempt(self, rep: Replica, victim: Job, now_ns: int) -> None:
@@ -381,7 +396,11 @@ class Engine:
             if chunked and rep.pending >= budget:
                 break
             cand = policy.peek(now_ns) if len(policy) else None
-            if rep.resume and (cand is None or rep.resume[0][0] <= cand.priority):
+            if (
+                rep.resume
+                and (cand is None or rep.resume[0][0] <= cand.priority)
+                and (cand is None or cand is not self._granted)
+            ):
                 job = rep.resume[0][2]
                 need = 0 if job.blocks else self.blocks_for(job)
                 if rep.slots >= prof.max_num_seqs or need > rep.free_blocks:
@@ -400,6 +419,7 @@ class Engine:
                 break
             got = policy.dequeue(now_ns)
             assert got is cand, f"{type(policy).__name__}: peek and dequeue disagree"
+            self._granted = None
             self._start(rep, cand, need, now_ns)
             rep.extra_ns += steal + wake
             wake = 0
