@@ -264,4 +264,6 @@ def run_sim(
     }
     if config.warnings:
         info["warnings"] = list(config.warnings)
+    if result.control:  # the control loops' actions (reference_scheduler/scheduler/control.py)
+        info["control_actions"] = {f"{loop}/{act}": n for (loop, act), n in result.control.items()}
     return records_from(result, plan, timeout_ns, stop_ns), info
