@@ -226,3 +226,15 @@ def test_preemption_quota_lets_a_missing_tenant_preempt_its_own_tier() -> None:
     assert second_job_preempts(1)
     warned = parse_scheduler_config({**block, "preemption": None})
     assert any("preemption_quota: grants nothing" in w for w in warned.warnings)
+
+
+def test_a_simulated_run_reports_the_counts_in_its_target_info() -> None:
+    from fairbench.targets.sim import run_sim
+
+    scn = load_scenario(ROOT / "scenarios" / "control-both.yaml")
+    rows, info = run_sim(materialize(scn), scn)
+    assert info["control_actions"]["congestion/degrade_max_tokens"] >= 1
+    assert len(rows) == len(materialize(scn))  # every planned request is one record
+    assert sum(r["status"] == "rejected" for r in rows) >= 1
+    _, off = run_sim(materialize(scn), scn.model_copy(update={"scheduler": {"policy": "dwrr"}}))
+    assert "control_actions" not in off
