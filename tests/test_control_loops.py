@@ -238,3 +238,67 @@ def test_a_simulated_run_reports_the_counts_in_its_target_info() -> None:
     assert sum(r["status"] == "rejected" for r in rows) >= 1
     _, off = run_sim(materialize(scn), scn.model_copy(update={"scheduler": {"policy": "dwrr"}}))
     assert "control_actions" not in off
+
+
+def test_the_server_degrades_and_counts_over_http() -> None:
+    """One slot, 300 ms steps: two requests wait behind the first (q_high = 2; the queue is
+    read at each step's start), the ladder degrades the request that arrives next to one output
+    token, and /metrics counts the action."""
+    import asyncio
+    import socket
+
+    import aiohttp
+
+    from reference_scheduler.server.app import serve
+    from reference_scheduler.server.config import parse_server_config
+
+    config = parse_server_config(
+        {
+            "model": "ref",
+            "scheduler": {
+                "policy": "fifo",
+                "profile": {"constant_step_ms": 300.0, "kv_cache_tokens": 10000, "max_num_seqs": 1},
+                "control": {
+                    "congestion": {
+                        "q_high": 2,
+                        "q_low": 0,
+                        "actions": ["degrade_max_tokens"],
+                        "degrade_to": 1,
+                        "degrade_classes": ["interactive"],
+                    }
+                },
+            },
+        }
+    )
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+
+    async def go() -> tuple[list[int], str]:
+        server = asyncio.create_task(serve(config, "127.0.0.1", port))
+        await asyncio.sleep(0.3)
+        try:
+            async with aiohttp.ClientSession() as session:
+
+                async def one(delay: float) -> int:
+                    await asyncio.sleep(delay)
+                    body = {"prompt": "ka ke", "max_tokens": 3}
+                    async with session.post(url + "/v1/completions", json=body) as r:
+                        assert r.status == 200
+                        return (await r.json())["usage"]["completion_tokens"]
+
+                tokens = await asyncio.gather(one(0), one(0.02), one(0.04), one(0.8))
+                async with session.get(url + "/metrics") as r:
+                    metrics = await r.text()
+            return list(tokens), metrics
+        finally:
+            server.cancel()
+            await asyncio.gather(server, return_exceptions=True)
+
+    tokens, metrics = asyncio.run(go())
+    assert tokens == [3, 3, 3, 1]
+    assert (
+        'scheduler_control_actions_total{action="degrade_max_tokens",loop="congestion"} 1.0'
+        in metrics
+    )
