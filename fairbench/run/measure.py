@@ -42,7 +42,7 @@ from fairbench.targets.engine_setup import ENGINE_KINDS, engine_setup
 from fairbench.targets.factory import make_target
 from fairbench.targets.http.stamped import describe as stamps_info
 from fairbench.targets.precheck import precheck
-from fairbench.workload.scenario import Scenario
+from fairbench.workload.models import Scenario
 
 CLOCK_SOURCE = "time.perf_counter_ns (CLOCK_MONOTONIC)"
 

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from fairbench.plan.model import Plan
-from fairbench.workload.scenario import Scenario
+from fairbench.workload.models import Scenario
 from reference_scheduler.core.job import Job
 from reference_scheduler.drivers.virtual import SimResult, simulate
 from reference_scheduler.scheduler.config import parse_scheduler_config
