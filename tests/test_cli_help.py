@@ -39,6 +39,7 @@ COMMANDS = [
     "profile",
     "history",
     "explain",
+    "advise",
 ]
 ENV = {**os.environ, "COLUMNS": "100", "LINES": "50", "TERM": "dumb", "NO_COLOR": "1"}
 REGEN = os.environ.get("FAIRBENCH_REGEN_GOLDEN") == "1"

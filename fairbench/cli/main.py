@@ -154,6 +154,7 @@ def plan(
 
 def _register_optional_commands() -> None:
     """Commands that live in their own modules (kept out of this file to keep it an edge)."""
+    from fairbench.cli import advise as cli_advise
     from fairbench.cli import analysis as cli_analysis
     from fairbench.cli import explain as cli_explain
     from fairbench.cli import fidelity as cli_fidelity
@@ -170,6 +171,7 @@ def _register_optional_commands() -> None:
     cli_fidelity.register(app)
     cli_history.register(app)
     cli_explain.register(app)
+    cli_advise.register(app)
 
 
 def _say(line: str) -> None:
