@@ -93,6 +93,7 @@ SKIPPED: dict[str, str] = {
     "python benchmarks/bench_reliability.py": BENCHMARK,
     "python benchmarks/bench_gateway.py": BENCHMARK,
     "python benchmarks/bench_aa.py": BENCHMARK,
+    "python benchmarks/bench_advise.py": BENCHMARK,
     "fairbench run scenarios/vllm-priority.yaml --target-url http://HOST:8000 --out reports/fcfs": (
         VLLM_AB
     ),
@@ -278,7 +279,35 @@ FIGURES: dict[str, list[tuple[str, Callable[[Path], str]]]] = {
             ),
         ),
     ],
+    "docs/advise.md": [
+        (
+            "the shipped three-tier configuration's interactive attainment on the new seeds",
+            lambda c: _advised(c, "own configuration", "interactive"),
+        ),
+        (
+            "the recommendation's interactive attainment on the new seeds",
+            lambda c: _advised(c, "trial 6", "interactive"),
+        ),
+        (
+            "the recommended block, as the command that runs it",
+            lambda c: "--set 'scheduler=" + _advised_block(c),
+        ),
+    ],
 }
+
+
+def _advised_block(copy: Path) -> str:
+    from fairbench.decide.advise.outputs import flow
+
+    doc = json.loads((copy / "reports/advise/advice.json").read_text(encoding="utf-8"))
+    return flow(doc["recommendation"]["block"])
+
+
+def _advised(copy: Path, label: str, cls: str) -> str:
+    """`mean [low, high]` of one verified configuration's attainment, as the doc quotes it."""
+    doc = json.loads((copy / "reports/advise/advice.json").read_text(encoding="utf-8"))
+    entry = next(v for v in doc["verification"] if v["label"] == label)["attainment"][cls]
+    return f"{entry['mean']:.1%} [{entry['ci_low']:.1%}, {entry['ci_high']:.1%}]"
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ def _table(doc: dict[str, Any]) -> Table:
     seeds = doc["verify_seeds"]
     table = Table(
         title=f"verification on seeds {seeds[0]}-{seeds[-1]} (mean [{doc['confidence']:.0%} "
-        "interval], Student t over the seeds)",
+        "interval], Student t over the seeds; its measured coverage: docs/advise.md)",
         title_justify="left",
     )
     table.add_column("configuration")
