@@ -313,3 +313,29 @@ def test_the_binding_constraint_says_whether_sharing_or_the_class_itself_is_the_
     both = infeasible_line(problem, [ev("a", 0.97, 0.5, 40.0), ev("b", 0.6, 0.99, 40.0)])
     assert both.startswith("no configuration meets every SLO at once")
     assert "compete" in both
+
+
+def test_a_trace_given_with_trace_is_the_load_searched(tmp_path: Path) -> None:
+    """--trace replaces the scenario's one trace: every run replays it, and advice.json's
+    overrides (repeated in the advised command) say so."""
+    rows = (REPO / "scenarios/traces/AzureLLMInferenceTrace_conv.csv").read_text().splitlines()
+    trace = tmp_path / "short.csv"
+    trace.write_text("\n".join(rows[:301]) + "\n", encoding="utf-8")  # the header, 300 requests
+    out = tmp_path / "a"
+    proc = run_cli(
+        "advise",
+        "scenarios/azure-conv-replay.yaml",
+        "--trace",
+        str(trace),
+        *("--budget", "2", "--verify", "2", "--top", "1", "--attainment", "0.5"),
+        "--out",
+        str(out),
+        timeout=180,
+    )
+    assert proc.returncode in (0, 2), proc.stderr
+    doc = _doc(out)
+    assert doc["overrides"] == [f"traces.conv.path={trace.resolve()}"]
+    ran = yaml.safe_load((out / "search" / "trial-000" / "scenario.yaml").read_text())
+    assert ran["traces"]["conv"]["path"] == str(trace.resolve())
+    plan = json.loads((out / "search" / "trial-000" / "summary.json").read_text())
+    assert 0 < sum(t["requests"] for t in plan["tenants"].values()) <= 300
