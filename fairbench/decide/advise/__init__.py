@@ -5,40 +5,25 @@ The steps, one module each: `problem` (the targets, objectives and simulated doc
 refusal that needs no run), `space` (the knobs and how a point becomes a block), `search` (optuna's
 TPE over the space, one simulated run a trial, knob importance), `verify` (candidates and the
 scenario's own configuration on new seeds, intervals across them, the recommendation), `refusal`
-(which constraint binds when nothing meets), `outputs` (advice.yaml, advice.json). Runs go through
-`decide.points`, as a sweep's do; the page is `fairbench.report.advice`'s, passed nothing but
-advice.json.
+(which constraint binds when nothing meets), `result` (what a search found), `outputs`
+(advice.yaml, advice.json). Runs go through `decide.points`, as a sweep's do; the page is
+`fairbench.report.advice`'s, passed nothing but advice.json.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fairbench.decide.advise.problem import AdviceRefused, Ask, Problem, prepare
+from fairbench.decide.advise.problem import AdviceRefused, Ask, prepare
+from fairbench.decide.advise.result import Advice
 from fairbench.workload.models import Scenario
 
 if TYPE_CHECKING:  # the search's stack (optuna, scipy) loads only when a search runs
-    from fairbench.decide.advise.search import Progress, SearchResult, Trial
+    from fairbench.decide.advise.search import Progress
     from fairbench.decide.advise.verify import Verified
     from fairbench.decide.points import PointRunner
-
-
-@dataclass
-class Advice:
-    """What a search found: the problem, every trial, the candidates verified, their
-    verification (the scenario's own configuration first), the recommendation, or the one line
-    saying why there is none; and how long it took (wall seconds, not written to advice.json)."""
-
-    problem: Problem
-    search: SearchResult
-    chosen: list[Trial]
-    verified: list[Verified]
-    recommendation: Verified | None
-    refused: str | None
-    elapsed_s: float = 0.0
 
 
 def advise(

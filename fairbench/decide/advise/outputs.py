@@ -21,7 +21,7 @@ from fairbench.analysis.intervals import Interval
 from fairbench.decide.advise.search import Evaluation
 
 if TYPE_CHECKING:
-    from fairbench.decide.advise import Advice
+    from fairbench.decide.advise.result import Advice
 
 
 def _num(x: float) -> float | None:
