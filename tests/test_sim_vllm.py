@@ -300,3 +300,89 @@ def test_a_cancelled_job_frees_its_blocks_and_keeps_the_tokens_it_produced() -> 
     while engine.step(0, now) is not None:
         now = engine.replicas[0].decode_ends[-1]
     assert jobs[1].status == "finished" and engine.replicas[0].free_blocks == engine.kv_blocks
+
+
+# ---------------------------------------------------------------- issue 36 item 5
+
+
+def _vllm(**profile: Any) -> Any:
+    base = {"constant_step_ms": 5.0, "kv_cache_tokens": 1600, "max_num_seqs": 8}
+    block = {"engine": "vllm", "policy": "fcfs", "profile": {**base, **profile}}
+    return block
+
+
+def test_a_waiting_head_that_does_not_fit_stops_the_waiting_loop_as_vllm_does() -> None:
+    """vLLM V1 (vllm/v1/core/sched/scheduler.py at 00024d314514900f361ad072af6931e403b7f589)
+    `break`s the waiting loop when `allocate_slots` returns None for the head: a later request
+    that would fit is *not* scheduled past it. (It skips a head — `skipped_waiting_requests` —
+    only for reasons the model has no equivalent of: remote KV not yet arrived, a grammar not yet
+    compiled, the LoRA limit.) A 1,400-token head needs 88 of the 100 blocks while a 400-token
+    request runs; the 32-token request behind the head waits until the head is admitted."""
+    cfg = parse_scheduler_config(_vllm())
+    running = Job(0, "t", "batch", 400, 40, 0)
+    head = Job(1, "t", "batch", 1400, 1, 1000)
+    small = Job(2, "t", "batch", 32, 1, 2000)
+    result = simulate([running, head, small], cfg)
+    assert head.admit_ns >= running.done_ns  # the head waited for the blocks to come back
+    assert small.admit_ns >= head.admit_ns  # and the small one, which fit at once, behind it
+    assert small.admit_ns > small.arrival_ns + 30 * 5_000_000  # ~40 steps, not the next one
+    assert result.jobs[2].status == "finished"
+
+
+def test_without_chunked_prefill_a_head_over_the_budget_stops_the_waiting_loop_too() -> None:
+    cfg = parse_scheduler_config(
+        _vllm(chunked_prefill=False, max_num_batched_tokens=1024, kv_cache_tokens=100_000)
+    )
+    a = Job(0, "t", "batch", 900, 3, 0)
+    b = Job(1, "t", "batch", 500, 3, 0)  # 500 > the 124 tokens left in a's step
+    c = Job(2, "t", "batch", 100, 3, 0)  # would fit in them
+    simulate([a, b, c], cfg)
+    assert a.admit_ns == 0 and b.admit_ns > 0 and c.admit_ns >= b.admit_ns
+
+
+def test_vllm_prefix_caching_hits_shared_prompt_blocks_and_saves_their_prefill() -> None:
+    shared = tuple(range(100, 132))  # 32 blocks = 512 tokens of a common system prompt
+    profile = {"a": 2.0, "b": 0.05, "d": 5.0, "kv_cache_tokens": 100_000, "max_num_seqs": 8}
+    block = {"engine": "vllm", "policy": "fcfs", "profile": profile}
+    off = parse_scheduler_config(block)
+    on = parse_scheduler_config({**block, "prefix_caching": True})
+
+    def jobs() -> list[Job]:
+        out = []
+        for i in range(3):
+            job = Job(i, "t", "batch", 520, 4, i * 100_000_000)
+            job.block_hashes = shared
+            out.append(job)
+        return out
+
+    cold, warm = simulate(jobs(), off), simulate(jobs(), on)
+    assert [j.cached_tokens for j in cold.jobs] == [0, 0, 0]
+    assert [j.cached_tokens for j in warm.jobs] == [0, 512, 512]
+    ttft = [j.first_token_ns - j.arrival_ns for j in warm.jobs]
+    cold_ttft = [j.first_token_ns - j.arrival_ns for j in cold.jobs]
+    assert ttft[1] < cold_ttft[1] and ttft[0] == cold_ttft[0]
+
+
+def test_vllm_prefix_cache_lives_in_the_free_blocks_and_is_evicted_lru() -> None:
+    """The cache is vLLM's KV pool itself: a finished request's blocks stay cached in the free
+    queue, and a later allocation that needs them evicts the least recently freed first."""
+    cfg = parse_scheduler_config({**_vllm(kv_cache_tokens=1600), "prefix_caching": True})
+    engine = make_engine(cfg)
+    assert isinstance(engine, VllmEngine) and engine.pool is not None
+    a = Job(0, "t", "batch", 640, 1, 0)  # 40 blocks, all cached when it is done
+    a.block_hashes = tuple(range(1, 41))
+    big = Job(1, "t", "batch", 1400, 1, 10_000_000)  # needs 88 blocks: evicts 28 of a's 40
+    again = Job(2, "t", "batch", 640, 1, 50_000_000)
+    again.block_hashes = a.block_hashes
+    result = simulate([a, big, again], cfg)
+    assert result.jobs[0].status == result.jobs[1].status == "finished"
+    # a's blocks were freed tail first, so its head blocks survived the eviction
+    assert 0 < again.cached_tokens < 640
+    assert again.cached_tokens == 12 * 16
+
+
+def test_prefix_caching_is_refused_on_the_reference_engine_in_one_line() -> None:
+    with pytest.raises(SchedulerConfigError) as error:
+        parse_scheduler_config({"prefix_caching": True})
+    assert len(error.value.lines) == 1
+    assert error.value.lines[0].startswith("scheduler.prefix_caching:")

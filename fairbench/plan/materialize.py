@@ -155,6 +155,8 @@ def _fill(
             ranks = np.arange(1, wl.prefix.groups + 1, dtype=np.float64)
             p = ranks**-wl.prefix.zipf
             group = rng.choice(wl.prefix.groups, size=m, p=p / p.sum())
+            if not wl.prefix.across_tenants:  # this tenant's own groups (own text, own blocks)
+                group = group + index * wl.prefix.groups
             out["prefix_group"][rows] = np.where(has, group, -1)
             out["prefix_tokens"][rows] = np.where(has, np.minimum(wl.prefix.tokens, prompt), 0)
     if _has_sessions(scn):

@@ -72,12 +72,15 @@ class Engine:
     tokenize_count: Callable[[Any], int] = _count_openai_style
     version_path: str | None = None
     headline_metrics: tuple[str, ...] = field(default_factory=tuple)
+    # reads the request field `cache_salt` (vLLM: mixed into the first block's prefix hash)
+    cache_salt: bool = False
 
 
 ENGINES: dict[str, Engine] = {
     "vllm": Engine(
         "vllm",
         priority_field=True,
+        cache_salt=True,
         tokenize_path="/tokenize",
         version_path="/version",
         headline_metrics=(

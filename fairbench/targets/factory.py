@@ -45,6 +45,7 @@ def http_options(
         "class_header": "X-SLO-Class" if reference else None,
         "tenant_headers": {t.id: t.headers for t in scn.tenants if t.headers},
         "tenant_extra_body": {t.id: t.extra_body for t in scn.tenants if t.extra_body},
+        "tenant_salts": {t.id: t.cache_salt for t in scn.tenants if t.cache_salt is not None},
         "api": spec.api,
         "priority": priority,
         "renderer": renderer,

@@ -84,6 +84,7 @@ class OpenAITarget:
         priority: Priority | None = None,
         renderer: Renderer = plan_prompt,
         ca_bundle: str | None = None,
+        tenant_salts: Mapping[str, str] | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         if self.base_url.endswith("/v1"):
@@ -100,6 +101,7 @@ class OpenAITarget:
         self.class_header = class_header  # e.g. X-SLO-Class for the reference server
         self.tenant_headers = {k: dict(v) for k, v in (tenant_headers or {}).items()}
         self.tenant_extra_body = {k: dict(v) for k, v in (tenant_extra_body or {}).items()}
+        self.tenant_salts = dict(tenant_salts or {})  # cache_salt per tenant (workload/cache.py)
         self.engine: Engine = engine(kind)
         self.api = api
         self.priority = priority
@@ -162,6 +164,9 @@ class OpenAITarget:
             value = self.priority.of(req)
             if value is not None:
                 body["priority"] = value
+        salt = self.tenant_salts.get(req.tenant)
+        if salt is not None and self.engine.cache_salt and req.endpoint != "embeddings":
+            body["cache_salt"] = salt
         body.update(self.extra_body)
         body.update(self.tenant_extra_body.get(req.tenant, {}))
         body.update(self.class_extra_body.get(req.slo_class, {}))

@@ -22,6 +22,7 @@ import numpy as np
 from fairbench.plan.model import Plan
 from fairbench.workload.models import Scenario
 from reference_scheduler.core.job import Job
+from reference_scheduler.core.prefix_cache import salted
 from reference_scheduler.drivers.virtual import SimResult, simulate
 from reference_scheduler.scheduler.config import parse_scheduler_config
 
@@ -51,7 +52,8 @@ def block_hashes(plan: Plan, i: int, block_size: int) -> tuple[int, ...]:
 def plan_jobs(
     plan: Plan, scn: Scenario, block_size: int | None = None, delay_ns: int = 0
 ) -> list[Job]:
-    """Jobs for the simulator; with `block_size` (a prefix cache is on), their block hashes.
+    """Jobs for the simulator; with `block_size` (a prefix cache is on), their block hashes,
+    salted by their tenant's `cache_salt`.
     Each arrives `delay_ns` after its planned send: the profile's request overhead (the time
     a live request spends in HTTP and the API server before the engine's scheduler sees it)."""
     weights = {t.id: t.weight for t in scn.tenants}
@@ -78,8 +80,9 @@ def plan_jobs(
         for i in range(len(plan))
     ]
     if block_size is not None:
+        salts = {t.id: t.cache_salt for t in scn.tenants}  # vLLM's cache_salt (workload/cache.py)
         for i, job in enumerate(jobs):
-            job.block_hashes = block_hashes(plan, i, block_size)
+            job.block_hashes = salted(block_hashes(plan, i, block_size), salts[job.tenant])
     return jobs
 
 
@@ -240,7 +243,7 @@ def run_sim(
 
         return run_sim_sessions(plan, scn, plan_jobs, records_from)
     config = parse_scheduler_config(scn.scheduler)
-    block_size = config.spec.block_size if config.spec.prefix_cache else None
+    block_size = config.spec.block_size if config.prefix_caching else None
     timeout_ns, stop_ns = cut_offs(plan, scn)
     delay_ns = round(config.profile.request_overhead_ms * 1e6)
     result = simulate(

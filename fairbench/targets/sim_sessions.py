@@ -24,6 +24,7 @@ from fairbench.plan.model import Plan
 from fairbench.plan.sessions import Conversation, successors
 from fairbench.workload.scenario import Scenario
 from reference_scheduler.core.job import Job
+from reference_scheduler.core.prefix_cache import salted
 from reference_scheduler.drivers.virtual import SimResult, simulate
 from reference_scheduler.scheduler.config import parse_scheduler_config
 
@@ -48,14 +49,26 @@ def content_hashes(ids: np.ndarray, block_size: int) -> tuple[int, ...]:
 class _Sessions:
     """The `follow` hook's state: each session's conversation and each released turn's job."""
 
-    def __init__(self, plan: Plan, jobs: list[Job], block_size: int | None, delay_ns: int):
+    def __init__(
+        self,
+        plan: Plan,
+        jobs: list[Job],
+        block_size: int | None,
+        delay_ns: int,
+        salts: dict[str, str | None],
+    ) -> None:
         self.plan = plan
+        self.salts = salts  # each tenant's cache_salt (fairbench.workload.cache)
         self.next = successors(plan)
         self.block_size = block_size
         self.delay_ns = delay_ns
         self.conversations: dict[int, Conversation] = {}
         self.jobs: list[Job | None] = list(jobs)  # by plan row; None: not released (yet)
         self.due = plan.columns["offset_ns"].copy()  # when each turn became due
+
+    def hashes(self, tenant: str, ids: np.ndarray) -> tuple[int, ...]:
+        assert self.block_size is not None
+        return salted(content_hashes(ids, self.block_size), self.salts.get(tenant))
 
     def first(self, job: Job) -> Job:
         """A session's first turn as sent (its hashes from its words, like its later turns)."""
@@ -65,7 +78,7 @@ class _Sessions:
             sent = conv.as_sent(req)
             job.prompt_tokens = sent.prompt_tokens
             if self.block_size is not None:
-                job.block_hashes = content_hashes(sent.prompt_ids(), self.block_size)
+                job.block_hashes = self.hashes(job.tenant, sent.prompt_ids())
         return job
 
     def follow(self, job: Job) -> Job | None:
@@ -90,7 +103,7 @@ class _Sessions:
             flow=job.flow,
         )
         if self.block_size is not None:
-            nxt.block_hashes = content_hashes(sent.prompt_ids(), self.block_size)
+            nxt.block_hashes = self.hashes(job.tenant, sent.prompt_ids())
         self.jobs[row] = nxt
         return nxt
 
@@ -118,12 +131,19 @@ def run_sim_sessions(
     known only at the end, and every turn ends by its own `run.timeout`."""
     assert plan.sessions is not None
     config = parse_scheduler_config(scn.scheduler)
-    block_size = config.spec.block_size if config.spec.prefix_cache else None
+    block_size = config.spec.block_size if config.prefix_caching else None
     timeout_ns = round(scn.run.timeout * 1e9)
     delay_ns = round(config.profile.request_overhead_ms * 1e6)
     planned = plan_jobs(plan, scn, block_size, delay_ns)  # hashes of requests outside sessions
     turn = plan.sessions["turn"]
-    state = _Sessions(plan, [j if turn[j.id] <= 1 else None for j in planned], block_size, delay_ns)  # type: ignore[misc]
+    salts = {t.id: t.cache_salt for t in scn.tenants}
+    state = _Sessions(
+        plan,
+        [j if turn[j.id] <= 1 else None for j in planned],  # type: ignore[misc]
+        block_size,
+        delay_ns,
+        salts,
+    )
     opening = [state.first(j) for j in planned if turn[j.id] <= 1]
     result = simulate(
         opening,

@@ -12,6 +12,7 @@ import math
 from typing import Any
 from urllib.parse import urlsplit
 
+from fairbench.workload.cache import cache_problems
 from fairbench.workload.errors import ScenarioError
 from fairbench.workload.models import ConstantDist, Scenario, TraceArrival
 from fairbench.workload.sessions import session_problems
@@ -212,6 +213,7 @@ def _cross_check(scn: Scenario) -> list[str]:
                     f"{at}.output_tokens: embeddings produce no output tokens; remove it"
                 )
     problems += session_problems(scn)  # fairbench.workload.sessions
+    problems += cache_problems(scn)  # fairbench.workload.cache
     all_trace = all(isinstance(t.arrival, TraceArrival) for t in scn.tenants)
     if scn.run.duration is None and scn.run.requests is None and not all_trace:
         problems.append(

@@ -126,6 +126,11 @@ class Prefix(_Model):
     tokens: int = Field(ge=1)
     zipf: Finite = Field(1.0, ge=0)
     share: Finite = Field(1.0, ge=0, le=1)
+    across_tenants: bool = Field(
+        True,
+        description="true: every tenant of this workload draws from the same prefixes (one "
+        "shared system prompt per group); false: each tenant has groups of its own text",
+    )
 
 
 class ConstantTime(_Model):
@@ -315,6 +320,14 @@ class Tenant(_Model):
     api_key: str | None = None
     headers: dict[str, str] = Field(default_factory=dict, description="extra HTTP headers")
     extra_body: dict[str, Any] = Field(default_factory=dict, description="extra body fields")
+    cache_salt: str | None = Field(
+        None,
+        min_length=1,
+        max_length=256,
+        description="vLLM's cache_salt, sent with each request and honoured by the simulator: "
+        "mixed into the first prompt block's hash, so tenants of different salts never share "
+        "a cached block",
+    )
     mix: dict[str, Annotated[Finite, Field(ge=0)]] | str
     arrival: Arrival
     phases: list[Phase] = Field(default_factory=list)

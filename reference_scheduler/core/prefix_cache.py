@@ -25,10 +25,30 @@ saves prefill compute, not reservation memory.
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
+
+
+def salted(hashes: Sequence[int], salt: str | None) -> tuple[int, ...]:
+    """Chained block hashes under a cache salt, with vLLM's semantics: vLLM mixes `cache_salt`
+    into the first block's hash (an extra key where the block starts at token 0,
+    vllm/v1/core/kv_cache_utils.py `generate_block_hash_extra_keys`) and every later hash
+    chains on it. Re-keying each chained hash by the salt is equivalent for matching: requests
+    of different salts share no block, requests of one salt share exactly the blocks they would
+    share unsalted. No salt (None) leaves the hashes as they are."""
+    if salt is None:
+        return tuple(hashes)
+    key = hashlib.blake2b(salt.encode("utf-8"), digest_size=16).digest()
+    out = []
+    for h in hashes:
+        digest = hashlib.blake2b(
+            (h & 0xFFFF_FFFF_FFFF_FFFF).to_bytes(8, "little"), digest_size=8, key=key
+        ).digest()
+        out.append(int.from_bytes(digest, "little", signed=True))
+    return tuple(out)
 
 
 class PrefixCacheSpec(BaseModel):

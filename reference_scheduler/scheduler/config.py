@@ -70,6 +70,10 @@ class SchedulerSpec(BaseModel):
     seed: int = Field(0, ge=0, le=2**63 - 1)
     admission: AdmissionSpec | None = None
     prefix_cache: PrefixCacheSpec | None = None
+    # engine: vllm only: vLLM's automatic prefix caching over its own KV blocks
+    # (scheduler/vllm_cache.py). Off by default, as `--no-enable-prefix-caching` runs (the
+    # fidelity protocol's); vLLM V1's own default is on.
+    prefix_caching: bool = False
     preemption: PreemptionSpec | None = None
     # a prefill pool and a decode pool joined by a KV link (disaggregation.py); None: colocated
     disaggregation: DisaggregationSpec | None = None
@@ -99,6 +103,12 @@ class SchedulerConfig:
         return self.spec.replicas
 
     @property
+    def prefix_caching(self) -> bool:
+        """Whether the engine caches prompt blocks (so jobs need their block hashes): the
+        reference engine's `prefix_cache` pool, or vLLM's `prefix_caching`."""
+        return self.spec.prefix_cache is not None or self.spec.prefix_caching
+
+    @property
     def kv_blocks(self) -> int:
         return self.profile.kv_cache_tokens // self.spec.block_size
 
@@ -115,7 +125,7 @@ VLLM_POLICIES = {"fcfs": "fifo", "priority": "priority"}
 # Fields of the block that vLLM has no equivalent of, and what to do instead.
 _NOT_VLLM = {
     "admission": "vLLM has no admission limits; remove it",
-    "prefix_cache": "automatic prefix caching is not modelled; remove it",
+    "prefix_cache": "vLLM caches in its own KV blocks; use prefix_caching: true",
     "preemption": "vLLM V1 always preempts by recompute; remove it",
     "tier_ranks": "vLLM orders by the request priority only; remove it",
     "admit_every": "vLLM V1 schedules waiting requests every step; remove it",
@@ -173,6 +183,11 @@ def parse_scheduler_config(block: dict[str, Any] | None) -> SchedulerConfig:
     if spec.engine == "vllm":
         return _parse_vllm(spec, block or {})
     problems: list[str] = []
+    if spec.prefix_caching:
+        problems.append(
+            "scheduler.prefix_caching: vLLM's switch, for engine: vllm; the reference engine's "
+            "cache is prefix_cache: {blocks: N}"
+        )
     profile = None
     try:
         profile = load_profile(spec.profile)

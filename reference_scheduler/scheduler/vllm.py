@@ -14,7 +14,15 @@ rule by rule (learned from the source, not copied; file paths are in vllm-projec
   `min(tokens not yet computed, budget)` tokens (1 for a decode, a chunk for a prefill) and KV
   blocks for them; then, only if nothing was preempted in this step, WAITING requests in queue
   order while the budget lasts and fewer than `max_num_seqs` run. Without chunked prefill a
-  waiting request whose prompt exceeds the remaining budget stops the waiting loop.
+  waiting request whose prompt exceeds the remaining budget stops the waiting loop, and so does
+  a waiting request whose blocks do not fit (`allocate_slots` returns None: `break`). Checked
+  against vllm/v1/core/sched/scheduler.py at commit 00024d314514900f361ad072af6931e403b7f589
+  (December 2026): V1 does *not* skip a head that does not fit and go on to the next. It
+  skips (`skipped_waiting_requests`, put back at the head after the loop) only a request
+  waiting for remote KV, for its grammar's compilation or for a streaming input, or over the
+  LoRA limit, none of which the model has; the running loop `continue`s past a request with
+  no tokens to schedule (pipeline parallelism, async scheduling), which the model has not
+  either. So the rule here stays `break`, and tests/test_sim_vllm.py pins it.
 * KV blocks (vllm/v1/core/kv_cache_manager.py, `allocate_slots`). Blocks are allocated as
   tokens are scheduled: a request holds ceil(computed tokens / block_size) blocks, not its
   prompt plus max output up front; an allocation that does not fit fails.
@@ -29,8 +37,16 @@ rule by rule (learned from the source, not copied; file paths are in vllm-projec
   end: the last prefill chunk yields the first token (or, after a recompute, the next one), every
   decode step one more; with ignore_eos semantics it finishes at `max_tokens`.
 
-What is not modelled: prefix caching, speculative decoding, async scheduling, the KV watermark,
-`long_prefill_token_threshold`, structured output, LoRA limits, data parallelism. The step's
+* Automatic prefix caching, with `scheduler: {engine: vllm, prefix_caching: true}` (off by
+  default, as under `--no-enable-prefix-caching`, which the fidelity protocol runs with; on in
+  vLLM's own default): the cache is the KV pool itself, shared blocks counted once, freed
+  blocks cached until an allocation evicts them LRU (scheduler/vllm_cache.py has the rules). A
+  waiting request's lookup happens when it reaches the head, before its blocks are counted, so
+  a hit also lowers what it needs to fit. `cache_salt` is already in the request's hashes.
+
+What is not modelled: caching of blocks filled by generated tokens, speculative decoding, async
+scheduling, the KV watermark, `long_prefill_token_threshold`, structured output, LoRA limits,
+data parallelism. The step's
 time is the profile's cost of its prefill tokens and decode sequences, as for `engine.Engine`,
 plus the profile's `front_end_core_ms` for every request that arrived while the engine was
 running requests since the last step began: the core time its API server took from the steps
@@ -60,6 +76,7 @@ from reference_scheduler.core.policy import Verdict
 from reference_scheduler.scheduler.config import SchedulerConfig
 from reference_scheduler.scheduler.engine import Engine, StepResult
 from reference_scheduler.scheduler.passover import PassOver, wait_ends, wait_from
+from reference_scheduler.scheduler.vllm_cache import BlockPool
 
 ACCEPTED = Verdict(True)
 
@@ -152,6 +169,10 @@ class VllmEngine:
         self.max_model_len = limit
         self.policy = WaitingQueue(str(config.spec.policy))
         self.replicas = [VllmReplica(0, self.kv_blocks)]
+        # vLLM's automatic prefix caching over the same blocks (vllm_cache.py); None: off
+        self.pool = (
+            BlockPool(self.kv_blocks, self.block_size) if config.spec.prefix_caching else None
+        )
         self.log: list[tuple[int, str, int, int]] = []  # (t, preempt|recompute, job id, tokens)
         self.preemptions = 0
         self.recompute_tokens = 0
@@ -202,8 +223,7 @@ class VllmEngine:
         elif job.status == "running":
             rep = self.replicas[0]
             rep.running.remove(job)
-            rep.free_blocks += job.blocks
-            job.blocks = 0
+            self._free(rep, job)
         else:
             return False
         self._close_run(job, 0)
@@ -233,9 +253,32 @@ class VllmEngine:
         if need > rep.free_blocks:
             return False
         if need > 0:
-            rep.free_blocks -= need
-            job.blocks += need
+            self._grow(rep, job, need)
         return True
+
+    def _grow(self, rep: VllmReplica, job: Job, need: int) -> None:
+        """Give `job` `need` more blocks from the free queue (evicting cached ones as vLLM's
+        pool pops them) and cache its prompt blocks now full (`cache_blocks`)."""
+        job.blocks += need
+        pool = self.pool
+        if pool is None:
+            rep.free_blocks -= need
+            return
+        pool.allocate(need)
+        rep.free_blocks = pool.free
+
+    def _cache_progress(self, job: Job, computed: int) -> None:
+        if self.pool is not None and job.block_hashes:
+            self.pool.cache(job, computed)
+
+    def _free(self, rep: VllmReplica, job: Job) -> None:
+        """The job's blocks go back (a cached block only once no running request holds it)."""
+        if self.pool is None:
+            rep.free_blocks += job.blocks
+        else:
+            self.pool.release(job)
+            rep.free_blocks = self.pool.free
+        job.blocks = 0
 
     def _victim(self, rep: VllmReplica) -> Job:
         if self.policy.policy == "priority":
@@ -244,8 +287,7 @@ class VllmEngine:
 
     def _preempt(self, rep: VllmReplica, job: Job, now_ns: int) -> None:
         rep.running.remove(job)
-        rep.free_blocks += job.blocks
-        job.blocks = 0
+        self._free(rep, job)
         lost = self._computed(job)
         job.prefill_left = job.prompt_tokens + job.generated  # computed tokens drop to 0
         job.status = "preempted"
@@ -278,8 +320,7 @@ class VllmEngine:
             if after > job.blocks * bs:  # needs a new block (the common case needs none)
                 need = -(-after // bs) - job.blocks
                 if need <= rep.free_blocks:
-                    rep.free_blocks -= need
-                    job.blocks += need
+                    self._grow(rep, job, need)
                 else:
                     fits = True
                     while not self._allocate(rep, job, tokens):
@@ -296,6 +337,8 @@ class VllmEngine:
                             break
                     if not fits:
                         break
+                if left > 1 or not job.generated:  # a prefill chunk: its full blocks are cached
+                    self._cache_progress(job, after)
             jobs.append(job)
             tokens_of.append(tokens)
             if left == 1 and job.generated:
@@ -309,15 +352,33 @@ class VllmEngine:
             self.passover.pass_ended(now_ns, len(self.policy))
             return jobs, tokens_of, self._cost_terms(jobs, tokens_of)
         waiting = self.policy
+        pool = self.pool
         while len(waiting) and budget > 0 and len(running) < prof.max_num_seqs:
             job = waiting.peek()
-            tokens = job.prefill_left
+            hit: list[int] = []
+            touched = 0
+            if pool is not None and job.block_hashes:  # no computed tokens: look the prompt up
+                hit, touched = pool.lookup(job)
+            hit_tokens = len(hit) * bs
+            tokens = job.prefill_left - hit_tokens
             if not prof.chunked_prefill and tokens > budget:
-                break
+                break  # vLLM: "If chunked_prefill is disabled, we can stop the scheduling here."
             tokens = min(tokens, budget)
-            if not self._allocate(rep, job, tokens):
-                break
+            # allocate_slots: the touched cached blocks leave the free queue too
+            need = self.blocks_for(hit_tokens + tokens) - len(hit)
+            if need + touched > rep.free_blocks:
+                break  # vLLM: allocate_slots returned None, "The request cannot be scheduled."
             waiting.pop()
+            if pool is not None:
+                cached = pool.take(job, hit)
+                job.blocks = len(hit)
+                job.prefill_left -= cached
+                if job.status != "preempted":
+                    job.cached_tokens = cached
+                self._grow(rep, job, need)
+                self._cache_progress(job, cached + tokens)
+            else:
+                self._grow(rep, job, need)
             running.append(job)
             if job.status == "preempted":
                 self.recompute_tokens += job.prefill_left
@@ -410,8 +471,7 @@ class VllmEngine:
                 job.prefill_left = 1  # the sampled token is computed next step
         for job in done:
             rep.running.remove(job)
-            rep.free_blocks += job.blocks
-            job.blocks = 0
+            self._free(rep, job)
             job.status = "finished"
             job.done_ns = end
             self._close_run(job, r)
@@ -422,12 +482,15 @@ class VllmEngine:
         return bool(self.replicas[r].running)
 
     def stats(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "preemptions": self.preemptions,
             "recompute_tokens": self.recompute_tokens,
             "waiting": len(self.policy),
             "running": len(self.replicas[0].running),
         }
+        if self.pool is not None:
+            out["prefix_cache"] = self.pool.stats()
+        return out
 
 
 def make_engine(config: SchedulerConfig, *, keep_history: bool = True) -> Engine | VllmEngine:
