@@ -238,6 +238,10 @@ class Executor:
             rec.server_received_ns = _opt_int(extra.get("received_ns"))
             rec.passed_over_ns = _opt_int(extra.get("passed_over_ns"))  # reference scheduler
             rec.backlog_ns = _opt_int(extra.get("backlog_ns"))
+            # TTFT after the queue wait, where the server splits it (the reference scheduler)
+            rec.prefill_ns = _opt_int(extra.get("prefill_ns"))
+            rec.kv_transfer_ns = _opt_int(extra.get("kv_transfer_ns"))
+            rec.decode_wait_ns = _opt_int(extra.get("decode_wait_ns"))
         delivered = tokens if stream_tokens is None else stream_tokens
         wants_tokens = req.endpoint != "embeddings" and req.max_tokens > 0
         if wants_tokens and (rec.output_tokens == 0 or (req.stream and delivered == 0)):

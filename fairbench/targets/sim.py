@@ -21,7 +21,7 @@ import numpy as np
 
 from fairbench.plan.model import Plan
 from fairbench.workload.models import Scenario
-from reference_scheduler.core.job import Job
+from reference_scheduler.core.job import Job, ttft_parts
 from reference_scheduler.core.prefix_cache import salted
 from reference_scheduler.drivers.virtual import SimResult, simulate
 from reference_scheduler.scheduler.config import parse_scheduler_config
@@ -196,31 +196,6 @@ def records_from(
             row.update(status="cancelled", error_detail=f"left {job.status} by the simulation")
         rows.append(row)
     return rows
-
-
-def ttft_parts(job: Job) -> dict[str, int]:
-    """A finished job's TTFT after its queue wait: prefill, KV transfer, decode wait (ns).
-
-    Colocated, the prefill runs from admission to the first token (the step that ends the prompt
-    yields it) and the other two are 0. Disaggregated (reference_scheduler.drivers.disaggregated)
-    the prefill ends when the prefill pool finished the prompt, the transfer when its KV reached
-    the decode pool, the wait when a decode replica admitted it; the decode pool's first step
-    gives the first token. A preempted job's first token may come after a recompute: the parts
-    still sum, since each is a difference of consecutive stamps."""
-    if job.prefill_done_ns < 0:
-        end = job.first_token_ns if job.first_token_ns >= 0 else job.done_ns
-        return {"prefill_ns": end - job.admit_ns, "kv_transfer_ns": 0, "decode_wait_ns": 0}
-    if job.kv_arrived_ns < 0:  # at most one token: finished in the prefill pool
-        return {
-            "prefill_ns": job.prefill_done_ns - job.admit_ns,
-            "kv_transfer_ns": 0,
-            "decode_wait_ns": 0,
-        }
-    return {
-        "prefill_ns": job.prefill_done_ns - job.admit_ns,
-        "kv_transfer_ns": job.kv_arrived_ns - job.prefill_done_ns,
-        "decode_wait_ns": job.decode_admit_ns - job.kv_arrived_ns,
-    }
 
 
 def cut_offs(plan: Plan, scn: Scenario) -> tuple[int, int]:

@@ -65,3 +65,36 @@ class Job:
     def cost(self) -> int:
         """Work estimate known at arrival: prompt plus requested output tokens."""
         return self.prompt_tokens + self.max_tokens
+
+    def ttft_parts(self) -> dict[str, int]:
+        """A finished job's TTFT after its queue wait: prefill, KV transfer, decode wait (ns).
+
+        One definition for every driver: the simulator's records (fairbench/targets/sim.py)
+        and the real-time server's timing block (server/app.py) both call it, so a sim run
+        and a live run of one plan report the same components.
+
+        Colocated, the prefill runs from admission to the first token (the step that ends the
+        prompt yields it) and the other two are 0. Disaggregated (drivers/disaggregated.py,
+        drivers/realtime_disaggregated.py) the prefill ends when the prefill pool finished the
+        prompt, the transfer when its KV reached the decode pool, the wait when a decode
+        replica admitted it; the decode pool's first step gives the first token. A preempted
+        job's first token may come after a recompute: the parts still sum, since each is a
+        difference of consecutive stamps."""
+        if self.prefill_done_ns < 0:
+            end = self.first_token_ns if self.first_token_ns >= 0 else self.done_ns
+            return {"prefill_ns": end - self.admit_ns, "kv_transfer_ns": 0, "decode_wait_ns": 0}
+        if self.kv_arrived_ns < 0:  # at most one token: finished in the prefill pool
+            return {
+                "prefill_ns": self.prefill_done_ns - self.admit_ns,
+                "kv_transfer_ns": 0,
+                "decode_wait_ns": 0,
+            }
+        return {
+            "prefill_ns": self.prefill_done_ns - self.admit_ns,
+            "kv_transfer_ns": self.kv_arrived_ns - self.prefill_done_ns,
+            "decode_wait_ns": self.decode_admit_ns - self.kv_arrived_ns,
+        }
+
+
+# The components as a function of a job, for callers that map it over many (fairbench's sim).
+ttft_parts = Job.ttft_parts

@@ -73,6 +73,27 @@ def _copy(job: Job, max_tokens: int, arrival_ns: int) -> Job:
     )
 
 
+def refused(job: Job, prefill: object, decode: object) -> bool:
+    """Whether a request is too long for either pool (a 400, as the colocated engine refuses)."""
+    total = job.prompt_tokens + job.max_tokens
+    return total > prefill.max_model_len or decode.blocks_for(job) > decode.kv_blocks  # type: ignore[attr-defined]
+
+
+def to_prefill(job: Job, now: int) -> Job:
+    """The prefill pool's copy of a request: the prompt and one token (vLLM's proxy sends the
+    prefill instance `max_tokens: 1`), arriving at `now`."""
+    return _copy(job, min(job.max_tokens, 1), now)
+
+
+def to_decode(job: Job, now: int) -> Job:
+    """The decode pool's copy of a request whose KV arrived at `now` (stamped on `job`): all
+    its tokens, the prompt's KV but its last token already there."""
+    job.kv_arrived_ns = now
+    dj = _copy(job, job.max_tokens, now)
+    dj.cached_tokens = max(job.prompt_tokens - 1, 0)  # the KV that came over the link
+    return dj
+
+
 def simulate_disaggregated(
     jobs: list[Job],
     config: SchedulerConfig,
@@ -129,11 +150,7 @@ def simulate_disaggregated(
     def kv_arrived(job_id: int, now: int) -> None:
         if job_id in dropped:
             return
-        job = jobs[index[job_id]]
-        job.kv_arrived_ns = now
-        dj = _copy(job, job.max_tokens, now)
-        dj.cached_tokens = max(job.prompt_tokens - 1, 0)  # the KV that came over the link
-        djobs[job_id] = dj
+        dj = djobs[job_id] = to_decode(jobs[index[job_id]], now)
         if de.submit(dj, now).accepted:
             kick(_DECODE, now)
 
@@ -148,10 +165,8 @@ def simulate_disaggregated(
             job = jobs[i]
             i += 1
             now = job.arrival_ns
-            pj = _copy(job, min(job.max_tokens, 1), now)
-            pjobs[job.id] = pj
-            total = job.prompt_tokens + job.max_tokens
-            if total > pe.max_model_len or de.blocks_for(job) > de.kv_blocks:
+            pj = pjobs[job.id] = to_prefill(job, now)
+            if refused(job, pe, de):
                 pj.status, pj.reject_code = "rejected", 400  # as the colocated engine refuses
                 continue
             if pe.submit(pj, now).accepted:

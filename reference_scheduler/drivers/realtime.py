@@ -89,13 +89,28 @@ class RealtimeDriver:
         self.wake = [asyncio.Event() for _ in self.engine.replicas]
         self.tasks: list[asyncio.Task[None]] = []
         self.ids = itertools.count()
-        self._timer = ThreadPoolExecutor(len(self.wake), thread_name_prefix="step-timer")
+        self._timer = ThreadPoolExecutor(self._timers(), thread_name_prefix="step-timer")
+
+    def _timers(self) -> int:
+        """Timer threads: one per replica loop that may wait at once."""
+        return len(self.wake)
 
     def now(self) -> int:
         return self.clock() - self.base
 
     def start(self) -> None:
-        self.tasks = [asyncio.create_task(self._replica(r)) for r in range(len(self.wake))]
+        self.tasks = [
+            asyncio.create_task(self._replica(self.engine, self.wake, r, self._deliver))
+            for r in range(len(self.wake))
+        ]
+
+    def waiting(self) -> int:
+        """Requests waiting for the scheduler (the `scheduler_queue_depth` gauge)."""
+        return len(self.engine.policy)
+
+    def refresh(self, metrics: Any) -> None:
+        """Bring the scrape-time gauges up to date (the server calls it on each scrape)."""
+        metrics.refresh(self.engine)
 
     async def stop(self) -> None:
         for task in self.tasks:
@@ -112,7 +127,7 @@ class RealtimeDriver:
         self.streams[job.id] = stream
         for event in self.wake:
             event.set()
-        self.metrics.queue_depth(len(self.engine.policy))
+        self.metrics.queue_depth(self.waiting())
         return stream, verdict
 
     def cancel(self, job: Job) -> None:
@@ -120,21 +135,28 @@ class RealtimeDriver:
             self.metrics.cancelled.inc()
         self.streams.pop(job.id, None)
 
-    async def _replica(self, r: int) -> None:
-        engine = self.engine
+    async def _replica(
+        self,
+        engine: Engine,
+        wake: list[asyncio.Event],
+        r: int,
+        deliver: Callable[[int, StepResult], None],
+    ) -> None:
+        """Replica r of `engine` on the wall clock: step, sleep to the step's end, deliver.
+        One loop for every pool (the disaggregated driver runs one per replica of each)."""
         step_at = self.now()
         while True:
             res = engine.step(r, max(step_at, self.now()))
             if res is None:
-                self.wake[r].clear()
-                await self.wake[r].wait()
+                wake[r].clear()
+                await wake[r].wait()
                 step_at = self.now()
                 continue
             due = self.base + res.end_ns
             await self._until(due)
             lag = self.clock() - due
             self.metrics.step(res, max(lag, 0), engine.policy)
-            self._deliver(r, res)
+            deliver(r, res)
             step_at = res.end_ns
 
     async def _until(self, due: int) -> None:
@@ -149,27 +171,37 @@ class RealtimeDriver:
             await asyncio.sleep(0)
 
     def _deliver(self, r: int, res: StepResult) -> None:
-        streams = self.streams
         for job in res.admitted:
             self.metrics.admitted(job)
+        self._tokens(self.engine, r, res, self.metrics.finished)
+        if res.finished:
+            self.metrics.queue_depth(self.waiting())
+            for event in self.wake:
+                event.set()
+
+    def _tokens(
+        self, engine: Engine, r: int, res: StepResult, finished_hook: Callable[[Job], None]
+    ) -> None:
+        """Push a step's tokens to the streams: first tokens, one per decoding job, the last
+        ones; `finished_hook(job)` runs for each finished job before its stream's last push, so
+        a handler woken by it reads the job's outcome complete."""
+        streams = self.streams
         first = {job.id for job in res.first_tokens}
         finished = {job.id for job in res.finished}
         for job in res.first_tokens:
             stream = streams.get(job.id)
+            if job.id in finished:
+                finished_hook(job)
             if stream is not None:
                 stream.push(1 if job.max_tokens else 0, job.id in finished)
         if res.n_decode:
-            for job in self.engine.decoding_jobs(r):
+            for job in engine.decoding_jobs(r):
                 stream = streams.get(job.id)
                 if stream is not None:
                     stream.push(1, False)
         for job in res.finished:
-            self.metrics.finished(job)
             if job.id not in first:
+                finished_hook(job)
                 stream = streams.get(job.id)
                 if stream is not None:
                     stream.push(1, True)
-        if finished:
-            self.metrics.queue_depth(len(self.engine.policy))
-            for event in self.wake:
-                event.set()

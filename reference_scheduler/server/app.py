@@ -22,6 +22,7 @@ from aiohttp import web
 from reference_scheduler.core.job import Job
 from reference_scheduler.core.tokenizer import VOCAB, count_tokens, token_ids
 from reference_scheduler.drivers.realtime import RealtimeDriver, Stream
+from reference_scheduler.drivers.realtime_disaggregated import driver_for
 from reference_scheduler.server.config import ServerConfig, TenantEntry
 from reference_scheduler.server.faults import FaultRule, Faults
 from reference_scheduler.server.http import openai_errors, serve_until_cancelled, start_app
@@ -176,6 +177,13 @@ class Api:
             "preemptions": job.preemptions,
             "cached_tokens": job.cached_tokens,
             "tier": job.slo_class,
+            # TTFT after the queue wait, as the simulator's records split it (core/job.py):
+            # prefill, KV transfer and decode wait (both 0 when colocated)
+            **(
+                job.ttft_parts()
+                if job.status == "finished" and job.admit_ns >= 0
+                else dict.fromkeys(("prefill_ns", "kv_transfer_ns", "decode_wait_ns"))
+            ),
         }
 
     def _usage(self, job: Job, produced: int) -> dict[str, int]:
@@ -435,7 +443,7 @@ class Api:
 
     async def prometheus(self, request: web.Request) -> web.Response:
         assert self.driver is not None
-        self.metrics.refresh(self.driver.engine)
+        self.driver.refresh(self.metrics)
         return web.Response(body=self.metrics.render(), content_type="text/plain", charset="utf-8")
 
     async def openapi(self, request: web.Request) -> web.Response:
@@ -451,7 +459,7 @@ def build_app(config: ServerConfig) -> web.Application:
     app[API] = api
 
     async def on_startup(app: web.Application) -> None:
-        api.driver = RealtimeDriver(config.scheduler, api.metrics)
+        api.driver = driver_for(config.scheduler, api.metrics)
         api.driver.start()
 
     async def on_cleanup(app: web.Application) -> None:

@@ -7,6 +7,11 @@ scheduler_admission_rejections_total{code}           400 / 401 / 429 / 503
 scheduler_queue_depth                                waiting jobs (all tiers)
 scheduler_queue_depth_by{dimension,name}             waiting jobs per tier / tenant
 scheduler_running                                    jobs in the engine
+scheduler_pool_queue_depth{pool}                     disaggregated: waiting jobs per pool
+                                                     (prefill, decode: KV arrived, no slot yet)
+scheduler_pool_running{pool}                         disaggregated: jobs running per pool
+scheduler_kv_transfers_in_flight                     disaggregated: KV on the link (reported
+                                                     only by a disaggregated server)
 scheduler_vtc_counter{tenant}                        VTC's service counters (vtc/lcf)
 scheduler_borrow_ratio{tier_from,tier_to}            capacity a tier borrows from another (tiered)
 scheduler_control_actions_total{loop,action}         control-loop actions (scheduler/control.py)
@@ -165,6 +170,19 @@ class SchedulerMetrics:
             ["tier_from", "tier_to"],
             registry=r,
         )
+        self.pool_depth = Gauge(
+            "scheduler_pool_queue_depth",
+            "Waiting requests per pool (disaggregated serving)",
+            ["pool"],
+            registry=r,
+        )
+        self.pool_running = Gauge(
+            "scheduler_pool_running",
+            "Requests running per pool (disaggregated serving)",
+            ["pool"],
+            registry=r,
+        )
+        self.kv_in_flight: Gauge | None = None  # made by the first refresh_pools
         self.step_time = Histogram(
             "scheduler_step_duration_seconds", "Engine step time", buckets=_LATENCY, registry=r
         )
@@ -210,6 +228,22 @@ class SchedulerMetrics:
                 self.borrow.labels(lender, borrower).set(share)
             for spec, child in zip(policy.specs, policy.children, strict=True):
                 self.depth_by.labels("tier", spec.name).set(len(child))
+
+    def refresh_pools(self, pools: dict[str, Any], kv_in_flight: int) -> None:
+        """A disaggregated server's gauges: each pool's waiting and running requests, and
+        the KV transfers on the link; the overall queue depth is both pools' waiting."""
+        for name, engine in pools.items():
+            self.pool_depth.labels(name).set(len(engine.policy))
+            self.pool_running.labels(name).set(sum(rep.slots for rep in engine.replicas))
+        self.depth.set(sum(len(engine.policy) for engine in pools.values()))
+        self.running.set(sum(rep.slots for engine in pools.values() for rep in engine.replicas))
+        if self.kv_in_flight is None:
+            self.kv_in_flight = Gauge(
+                "scheduler_kv_transfers_in_flight",
+                "KV transfers on the prefill pool's links",
+                registry=self.registry,
+            )
+        self.kv_in_flight.set(kv_in_flight)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
