@@ -13,7 +13,10 @@ window, with every turn of theirs, wherever it fell; a session's turns are its r
   given with each; a lower bound where the quantile falls in censored mass).
 - `turns_completed`: turns that ended `ok`, summed and per session (mean); `complete`:
   sessions whose every turn ended `ok`. Counts, exact, so no interval.
-- `ttft_by_turn` (ms): TTFT of turn k measured from when it became due (its `t_intended_ns`:
+- `steps`, `steps_completed`: a step is the calls of one (session, turn) — one call for a chat
+  turn or an agent's plain step, k for an agent's fan-out — and is completed when every call
+  of it ended `ok`. Counts, exact. (`turns` counts calls, i.e. requests.)
+- `ttft_by_turn` (ms): TTFT of turn k (for an agent, of every call of step k) measured from when it became due (its `t_intended_ns`:
   turn k−1's completion plus think time), over the admitted turns k, censored as for requests.
 
 Pure: records in, a dict out.
@@ -82,12 +85,17 @@ def session_block(
     obs = session_observations(df, timeout_s)
     ok = (turns["status"] == "ok").to_numpy()
     per_session = pd.Series(ok).groupby(turns["session_id"].to_numpy()).sum()
+    per_step = pd.Series(ok).groupby(
+        [turns["session_id"].to_numpy(), turns["turn"].to_numpy(dtype=np.int64)]
+    )
     block: dict[str, Any] = {
         "sessions": len(obs),
         "complete": int(obs.observed.sum()),
         "turns": len(turns),
         "turns_completed": int(ok.sum()),
         "turns_completed_mean": round(float(per_session.mean()), 4),
+        "steps": int(per_step.ngroups),
+        "steps_completed": int(per_step.all().sum()),
         "session_e2e_ms": {
             f"p{q}": censored.quantile_estimate(obs, q / 100).as_dict(1e-6) for q in (50, 99)
         },

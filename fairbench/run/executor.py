@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from fairbench.plan.model import Plan, PlannedRequest
-from fairbench.plan.sessions import Conversation, successors
+from fairbench.plan.sessions import Conversation, Steps, session_steps
 from fairbench.run.pacer import make_pacer
 from fairbench.run.records import JournalWriter, Record
 from fairbench.targets.base import Done, Failed, Started, Target, Token
@@ -104,17 +104,15 @@ class Executor:
         self.counters = counters or LiveCounters()
         # with sessions: the schedule holds first turns (and requests outside sessions); the
         # later turns of this executor's sessions follow their predecessors (`_session`)
-        self._next: np.ndarray | None = None
+        self._steps: Steps | None = None
         self._owned = self.indices
         if plan.sessions is not None:
-            self._next = successors(plan)
+            self._steps = steps = session_steps(plan)
             self.indices = self.indices[plan.sessions["turn"][self.indices] <= 1]
             owned = []
             for i in self.indices:
-                row = int(i)
-                while row >= 0:
-                    owned.append(row)
-                    row = int(self._next[row])
+                step = int(steps.step_of[int(i)])
+                owned.extend(steps.chain(step) if step >= 0 else [int(i)])
             self._owned = np.sort(np.asarray(owned, dtype=np.int64))
         self._outcomes: dict[int, Record] = {}  # session turns' records, read by `_session`
         self.counters.planned = len(self._owned)
@@ -446,43 +444,62 @@ class Executor:
         )
 
     async def _session(self, first: PlannedRequest, coro: Any, t0: int) -> None:
-        """A session: its first turn (`coro`, already sent), then each next turn when the last
-        completed plus its think time. The loop inside a session is closed, as a user's is."""
-        assert self._next is not None
-        plan, target = self.plan, self.target
-        fast = hasattr(target, "start")
+        """A session: its first turn (`coro`, already sent), then each next step when every
+        call of the last completed, plus its think (tool) time. A step of k calls (an agent's
+        fan-out) sends them all at once and waits for all k. The loop inside a session is
+        closed, as a user's or an agent's is."""
+        steps = self._steps
+        assert steps is not None
+        plan = self.plan
         conversation = Conversation()
         await coro
-        row = first.request_id
-        while (after := int(self._next[row])) >= 0:
-            rec = self._outcomes.pop(row)
-            if rec.status != "ok":
-                self._end_session(after, f"turn {rec.turn} ({rec.status})")
+        step = int(steps.step_of[first.request_id])
+        while (after := int(steps.next[step])) >= 0:
+            rows = [int(r) for r in steps.calls(step)]
+            recs = [self._outcomes.pop(r) for r in rows]
+            failed = next((rec for rec in recs if rec.status != "ok"), None)
+            if failed is not None:
+                self._end_session(after, f"turn {failed.turn} ({failed.status})")
                 return
-            conversation.completed(plan.request(row), rec.output_tokens)
-            planned = plan.request(after)
-            done = rec.t_done_ns if rec.t_done_ns is not None else rec.t_end_ns or 0
-            due = t0 + done + planned.think_ns
-            req = conversation.as_sent(planned)
-            prepared = target.prepare(req) if fast else None  # type: ignore[attr-defined]
+            conversation.joined(
+                [(plan.request(r), rec.output_tokens) for r, rec in zip(rows, recs, strict=True)]
+            )
+            done = max(
+                rec.t_done_ns if rec.t_done_ns is not None else rec.t_end_ns or 0 for rec in recs
+            )
+            calls = [conversation.as_sent(plan.request(int(r))) for r in steps.calls(after)]
+            due = t0 + done + calls[0].think_ns
+            prepared = [self._prepare(req) for req in calls]
             wait = due - now_ns()
             if wait > 0:
                 await asyncio.sleep(wait / 1e9)
             if self.stop.is_set():
                 return  # the run's final sweep records what was not sent
-            if fast:
-                waiter, outcome = target.start(prepared)  # type: ignore[attr-defined]
-                await self._one_fast(req, waiter, outcome, due, t0)
-            else:
-                await self._one(req, due, t0)
-            row = after
-        self._outcomes.pop(row, None)
+            await asyncio.gather(
+                *(
+                    self._send(req, ready, due, t0)
+                    for req, ready in zip(calls, prepared, strict=True)
+                )
+            )
+            step = after
+        for r in steps.calls(step):
+            self._outcomes.pop(int(r), None)
 
-    def _end_session(self, row: int, cause: str) -> None:
-        """Record every turn from `row` on as cancelled: an earlier turn (`cause`, e.g.
-        "turn 2 (timeout)") did not finish."""
-        assert self._next is not None
-        while row >= 0:
+    def _prepare(self, req: PlannedRequest) -> Any:
+        return self.target.prepare(req) if hasattr(self.target, "start") else None  # type: ignore[attr-defined]
+
+    def _send(self, req: PlannedRequest, prepared: Any, due: int, t0: int) -> Any:
+        """One call of a session's step, sent now (the coroutine that records it)."""
+        if hasattr(self.target, "start"):
+            waiter, outcome = self.target.start(prepared)  # type: ignore[attr-defined]
+            return self._one_fast(req, waiter, outcome, due, t0)
+        return self._one(req, due, t0)
+
+    def _end_session(self, step: int, cause: str) -> None:
+        """Record every call from `step` on as cancelled, one record each: an earlier step
+        (`cause`, e.g. "turn 2 (timeout)") did not finish."""
+        assert self._steps is not None
+        for row in self._steps.chain(step):
             req = self.plan.request(row)
             self._write(
                 self._record(
@@ -492,7 +509,6 @@ class Executor:
                     error_detail=f"not sent: {cause} of its session ended unfinished",
                 )
             )
-            row = int(self._next[row])
 
     async def _sessions_end(self) -> None:
         """Wait for the sessions still going (each turn is bounded by its timeout); a stop

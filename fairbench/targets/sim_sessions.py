@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from fairbench.plan.model import Plan
-from fairbench.plan.sessions import Conversation, successors
+from fairbench.plan.sessions import Conversation, session_steps
 from fairbench.workload.scenario import Scenario
 from reference_scheduler.core.job import Job
 from reference_scheduler.core.prefix_cache import salted
@@ -58,8 +58,9 @@ class _Sessions:
         salts: dict[str, str | None],
     ) -> None:
         self.plan = plan
+        self.steps = session_steps(plan)
+        self.served: dict[int, int] = {}  # row -> output tokens served, for a step's join
         self.salts = salts  # each tenant's cache_salt (fairbench.workload.cache)
-        self.next = successors(plan)
         self.block_size = block_size
         self.delay_ns = delay_ns
         self.conversations: dict[int, Conversation] = {}
@@ -81,31 +82,45 @@ class _Sessions:
                 job.block_hashes = self.hashes(job.tenant, sent.prompt_ids())
         return job
 
-    def follow(self, job: Job) -> Job | None:
-        row = int(self.next[job.id])
-        if row < 0 or job.status != "finished":
-            return None
+    def follow(self, job: Job) -> list[Job]:
+        """The next step's calls once every call of this job's step finished (the join), due
+        think (tool) time after the last of them; none while a call is out, and none ever if
+        one did not finish (its session then ends: `run_sim_sessions` records the rest)."""
+        steps = self.steps
+        step = int(steps.step_of[job.id])
+        nxt = int(steps.next[step]) if step >= 0 else -1
+        if nxt < 0 or job.status != "finished":
+            return []
+        self.served[job.id] = job.max_tokens  # the tokens served (degradation may cap them)
+        calls = [int(r) for r in steps.calls(step)]
+        if any(r not in self.served for r in calls):
+            return []
         done = self.plan.request(job.id)
         conv = self.conversations[done.session_id]
-        conv.completed(done, job.max_tokens)  # the tokens served (degradation may cap them)
-        req = self.plan.request(row)
-        sent = conv.as_sent(req)
-        self.due[row] = job.done_ns + req.think_ns
-        nxt = Job(
-            row,
-            job.tenant,
-            job.slo_class,
-            sent.prompt_tokens,
-            req.max_tokens,
-            int(self.due[row]) + self.delay_ns,
-            weight=job.weight,
-            priority=job.priority,
-            flow=job.flow,
-        )
-        if self.block_size is not None:
-            nxt.block_hashes = self.hashes(job.tenant, sent.prompt_ids())
-        self.jobs[row] = nxt
-        return nxt
+        conv.joined([(self.plan.request(r), self.served.pop(r)) for r in calls])
+        last = max(self.jobs[r].done_ns for r in calls)  # type: ignore[union-attr]
+        released = []
+        for row in steps.calls(nxt):
+            row = int(row)
+            req = self.plan.request(row)
+            sent = conv.as_sent(req)
+            self.due[row] = last + req.think_ns
+            call = Job(
+                row,
+                job.tenant,
+                job.slo_class,
+                sent.prompt_tokens,
+                req.max_tokens,
+                int(self.due[row]) + self.delay_ns,
+                weight=job.weight,
+                priority=job.priority,
+                flow=job.flow,
+            )
+            if self.block_size is not None:
+                call.block_hashes = self.hashes(job.tenant, sent.prompt_ids())
+            self.jobs[row] = call
+            released.append(call)
+        return released
 
 
 class _Due:

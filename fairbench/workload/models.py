@@ -160,14 +160,38 @@ class UniformTime(_Model):
 TimeDist = Annotated[ConstantTime | ExponentialTime | UniformTime, Field(discriminator="dist")]
 
 
+class FanOut(_Model):
+    """Every `every`-th step of an agent is `k` model calls sent at once; the next step waits
+    for all k (the join)."""
+
+    every: int = Field(ge=2, le=1_000_000, description="step numbers divisible by this fan out")
+    k: int = Field(ge=2, le=1024, description="parallel calls in a fan-out step")
+
+
+class Agent(_Model):
+    """An agentic chain (fairbench.workload.sessions): `steps` model calls in sequence, each
+    sent `tool_time` after the previous step's calls all returned (a tool ran meanwhile); its
+    prompt is the chain so far plus the step's new text (the workload's `prompt_tokens`, e.g. a
+    tool's result). With `fan_out`, some steps are k parallel calls, joined."""
+
+    steps: LengthDist
+    tool_time: TimeDist = Field(
+        default_factory=lambda: ConstantTime(dist="constant", value=0.0),
+        description="after a step's calls all returned, before the next step is sent",
+    )
+    fan_out: FanOut | None = None
+
+
 class Session(_Model):
     """A workload whose requests are conversations (fairbench.workload.sessions): the arrival
     process is of sessions; each has `turns` turns, turn k+1 sent `think_time` after turn k
     completed, its prompt the conversation so far (earlier prompts and outputs) plus the new
     user text (the workload's `prompt_tokens`). Past `context_limit` prompt tokens the oldest
-    are dropped (vLLM's `truncate_prompt_tokens`: the last `context_limit` tokens are kept)."""
+    are dropped (vLLM's `truncate_prompt_tokens`: the last `context_limit` tokens are kept).
+    With `agent` instead of `turns`, the session is an agentic chain of steps."""
 
-    turns: LengthDist
+    turns: LengthDist | None = None
+    agent: Agent | None = None
     think_time: TimeDist = Field(
         default_factory=lambda: ConstantTime(dist="constant", value=0.0),
         description="after a turn completes, before the next is due",

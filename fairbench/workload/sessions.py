@@ -69,6 +69,20 @@ def session_problems(scn: Scenario) -> list[str]:
     problems = []
     users = {name for name, wl in scn.workloads.items() if wl.session is not None}
     for name in sorted(users):
+        session = scn.workloads[name].session
+        assert session is not None
+        at = f"workloads.{name}.session"
+        if session.agent is not None and session.turns is not None:
+            problems.append(
+                f"{at}.turns: a session is a chat (turns) or an agent (agent.steps), not both; "
+                "remove one"
+            )
+        elif session.agent is None and session.turns is None:
+            problems.append(f"{at}.turns: required (how many turns), or give agent: {{steps: ...}}")
+        if session.agent is not None and "think_time" in session.model_fields_set:
+            problems.append(
+                f"{at}.think_time: an agent waits for its tools; use {at}.agent.tool_time"
+            )
         if scn.workloads[name].endpoint == "embeddings":
             problems.append(
                 f"workloads.{name}.session: embeddings have no conversation; remove session "

@@ -20,8 +20,9 @@ a step boundary frees its capacity for the step that starts there). A job whose 
 comes at or before its cut-off finished in time.
 
 Sessions (closed loop inside a session, open across sessions): with `follow`, each job that
-finishes is offered to it, and the job it returns (a session's next turn, its arrival set to
-this job's done time plus the think time) joins the arrivals then. A job that did not finish
+finishes is offered to it, and the jobs it returns (a session's next turn, or an agent's next
+step of k calls once the last of its step finished, their arrival set to that done time plus
+the think time) join the arrivals then. A job that did not finish
 releases nothing. Released jobs are timed out and stopped like the others.
 """
 
@@ -136,7 +137,7 @@ def simulate(
     trace: bool = False,
     timeout_ns: int | None = None,
     stop_ns: int | None = None,
-    follow: Callable[[Job], Job | None] | None = None,
+    follow: Callable[[Job], Job | list[Job] | None] | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> SimResult:
     """Run `jobs` (sorted by arrival_ns) through the configured engine in virtual time.
@@ -182,8 +183,8 @@ def simulate(
         assert follow is not None
         for job in res.finished:  # type: ignore[attr-defined]
             nxt = follow(job)
-            if nxt is not None:
-                heappush(released, (nxt.arrival_ns, nxt.id, nxt))
+            for call in (nxt,) if isinstance(nxt, Job) else nxt or ():
+                heappush(released, (call.arrival_ns, call.id, call))
 
     def kick(now: int) -> None:
         """Start a step on idle replicas while the queue may have work for them."""
