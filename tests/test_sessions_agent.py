@@ -11,6 +11,7 @@ goes on, or whose unsent calls vanish from the records; a plan that differs betw
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import defaultdict
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -116,7 +117,7 @@ def test_in_the_sim_a_step_waits_for_all_its_predecessors_calls_plus_the_tool_ti
     assert check_accounting(len(plan), rows).holds
     fan_outs = 0
     for steps in by_step(plan).values():
-        for prev, calls in zip(steps, steps[1:], strict=False):
+        for prev, calls in itertools.pairwise(steps):
             done = max(rows[r]["t_done_ns"] for r in prev)
             sent = {rows[r]["t_sent_ns"] for r in calls}
             assert sent == {done + TOOL_NS}  # never before the join plus the tool time
@@ -133,7 +134,7 @@ def test_the_next_step_begins_with_every_call_of_the_fan_out() -> None:
     rows, _ = run_sim(plan, scn)
     checked = 0
     for steps in by_step(plan).values():
-        for prev, calls in zip(steps, steps[1:], strict=False):
+        for prev, calls in itertools.pairwise(steps):
             grown = sum(
                 int(plan.columns["prompt_tokens"][r]) + rows[r]["output_tokens"] for r in prev
             )
@@ -229,7 +230,7 @@ async def test_live_steps_join_their_fan_out_and_wait_for_the_tool(tmp_path: Pat
     assert len(sessions) >= 2
     for steps in sessions.values():
         assert [len(c) for c in steps] == [1, 3, 1, 3]
-        for prev, calls in zip(steps, steps[1:], strict=False):
+        for prev, calls in itertools.pairwise(steps):
             due = max(rows[r]["t_done_ns"] for r in prev) + TOOL_NS
             for r in calls:
                 assert rows[r]["status"] == "ok"
