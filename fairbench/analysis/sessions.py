@@ -17,7 +17,8 @@ window, with every turn of theirs, wherever it fell; a session's turns are its r
   turn or an agent's plain step, k for an agent's fan-out — and is completed when every call
   of it ended `ok`. Counts, exact. (`turns` counts calls, i.e. requests.)
 - `ttft_by_turn` (ms): TTFT of turn k (for an agent, of every call of step k) measured
-  from when it became due (its `t_intended_ns`: turn k−1's completion plus think time), over the admitted turns k, censored as for requests.
+  from when it became due (its `t_intended_ns`: turn k−1's completion plus think time),
+  over the admitted turns k, censored as for requests.
 
 Pure: records in, a dict out.
 """
