@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fairbench.analysis.metrics import jain
+from fairbench.analysis.timeline import Timeline, build_timeline  # noqa: F401  (re-exported)
 
 
 @dataclass(frozen=True)
@@ -112,80 +113,11 @@ def windowed_jain(
 
 
 # ---------------------------------------------------------------- fairness among the backlogged
+# Sparse: each tenant on its own breakpoints (fairbench.analysis.timeline), O(n) memory and
+# O(n log n) time for any number of tenants; a pair is examined only where its bounds say it can
+# beat the best found.
 
-
-@dataclass(frozen=True)
-class Timeline:
-    """Every tenant's cumulative weighted service and backlog on one set of breakpoints.
-
-    `service[i, k]` is tenant i's service up to `edges[k]` divided by its weight (cost units:
-    a request's cost spread uniformly over its service interval, first response to end);
-    `backlogged[i, k]` says tenant i had a request waiting for the scheduler — passed over by
-    it, not yet admitted or resumed (fairbench.analysis.backlog) — throughout the segment
-    [edges[k], edges[k + 1]). Built in O(n log n); every figure below reads it in O(segments)
-    or O(windows)."""
-
-    tenants: tuple[str, ...]
-    edges: np.ndarray
-    service: np.ndarray
-    backlogged: np.ndarray
-
-    @property
-    def lengths(self) -> np.ndarray:
-        return np.diff(self.edges)
-
-
-def build_timeline(
-    client: np.ndarray,
-    weights: dict[str, float],
-    arrival_s: np.ndarray,
-    wait_end_s: np.ndarray,
-    start_s: np.ndarray,
-    end_s: np.ndarray,
-    cost: np.ndarray,
-    extra_edges: np.ndarray | None = None,
-) -> Timeline:
-    """`arrival_s` and `wait_end_s`: when each request began and stopped waiting for the
-    scheduler; NaN for requests that never did (never passed over, or rejected)."""
-    names = tuple(sorted(str(c) for c in set(client.tolist())))
-    code = np.searchsorted(np.array(names), client.astype(str))
-    parts = [arrival_s, wait_end_s, start_s, end_s]
-    if extra_edges is not None:
-        parts.append(extra_edges)
-    allv = np.concatenate(parts)
-    edges = np.unique(allv[np.isfinite(allv)])
-    k = len(edges)
-    service = np.zeros((len(names), k))
-    backlogged = np.zeros((len(names), max(k - 1, 0)), dtype=bool)
-    if k == 0:
-        return Timeline(names, edges, service, backlogged)
-    lengths = np.diff(edges)
-    served = (cost > 0) & np.isfinite(start_s) & np.isfinite(end_s)
-    waits = np.isfinite(wait_end_s) & np.isfinite(arrival_s) & (wait_end_s > arrival_s)
-    for i, name in enumerate(names):
-        mine = code == i
-        w = float(weights.get(name, 1.0))
-        sel = mine & served
-        s_idx = np.searchsorted(edges, start_s[sel])
-        e_idx = np.searchsorted(edges, end_s[sel])
-        span = end_s[sel] - start_s[sel]
-        spread = span > 0
-        rate = np.where(spread, cost[sel] / np.where(spread, span, 1.0), 0.0)
-        rate_now = np.bincount(s_idx, rate, k)
-        rate_now -= np.bincount(e_idx, rate, k)
-        np.cumsum(rate_now, out=rate_now)  # the service rate on each segment
-        row = service[i]
-        row[1:] = rate_now[:-1] * lengths
-        np.cumsum(row, out=row)
-        row += np.cumsum(np.bincount(e_idx[~spread], cost[sel][~spread], k))
-        row /= w
-        del rate_now
-        sel = mine & waits
-        count = np.bincount(np.searchsorted(edges, arrival_s[sel]), minlength=k) - np.bincount(
-            np.searchsorted(edges, wait_end_s[sel]), minlength=k
-        )
-        backlogged[i] = np.cumsum(count)[:-1] > 0
-    return Timeline(names, edges, service, backlogged)
+_SLACK = 1e-9  # relative: a bound within rounding of the best is still examined
 
 
 @dataclass(frozen=True)
@@ -199,23 +131,94 @@ class BackloggedDifference:
     both_backlogged_s: float
 
 
-def _pair_difference(tl: Timeline, f: int, g: int) -> tuple[float, float] | None:
-    """The pair's largest |D(t2) − D(t1)| over its both-backlogged periods, and how long both
-    were backlogged; None if they never were at once. O(segments)."""
-    m = tl.backlogged[f] & tl.backlogged[g]
-    if not m.any():
-        return None
-    inc = np.diff(tl.service[f] - tl.service[g])  # one pair at a time: O(segments) memory
-    c = np.cumsum(np.where(m, inc, 0.0))
-    del inc
-    idx = np.flatnonzero(m)
-    first = np.concatenate([[True], np.diff(idx) > 1])
-    pos = np.flatnonzero(first)
-    cc = c[idx]
-    before = np.where(idx[pos] > 0, c[np.maximum(idx[pos] - 1, 0)], 0.0)
-    hi = np.maximum(np.maximum.reduceat(cc, pos), before)
-    lo = np.minimum(np.minimum.reduceat(cc, pos), before)
-    return float((hi - lo).max()), float(tl.lengths[m].sum())
+def _gather(offsets: np.ndarray, tenants: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The indices of the given tenants' rows (by tenant, in the order given) and each row's
+    tenant: np.repeat over the slices, without a Python loop."""
+    lo, hi = offsets[tenants], offsets[tenants + 1]
+    count = hi - lo
+    total = int(count.sum())
+    within = np.arange(total) - np.repeat(np.cumsum(count) - count, count)
+    return np.repeat(lo, count) + within, np.repeat(tenants, count)
+
+
+def _expand(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For ranges [lo, hi): every index in them and which range it came from."""
+    count = np.maximum(hi - lo, 0)
+    within = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
+    return np.repeat(lo, count) + within, np.repeat(np.arange(len(lo)), count)
+
+
+def _pieces(tl: Timeline, f: int, gs: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The intervals in which f and each of `gs` were both backlogged: (g, lo, hi), positive
+    length, by g in the order given."""
+    f_lo, f_hi = tl.periods(f)
+    idx, g = _gather(tl.wait_offsets, gs)
+    c, d = tl.wait_lo[idx], tl.wait_hi[idx]
+    k0 = np.searchsorted(f_hi, c, side="right")  # the first of f's periods ending after c
+    k1 = np.searchsorted(f_lo, d, side="left")  # past the last starting before d
+    k, which = _expand(k0, k1)
+    return g[which], np.maximum(c[which], f_lo[k]), np.minimum(d[which], f_hi[k])
+
+
+def _ranges(tl: Timeline, f: int, g: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """max − min of D = S_f − S_g over each piece [lo, hi]: D is piecewise linear between the
+    two tenants' breakpoints, so its extremes lie at the ends or at a breakpoint inside."""
+    if not len(lo):
+        return np.zeros(0)
+    f_times = tl.times[tl.offsets[f] : tl.offsets[f + 1]]
+    fi, f_which = _expand(
+        np.searchsorted(f_times, lo, side="right"), np.searchsorted(f_times, hi, side="left")
+    )
+    gi, g_which = _expand(
+        np.searchsorted(tl.key, g * tl.stride + tl.rank(lo), side="right"),
+        np.searchsorted(tl.key, g * tl.stride + tl.rank(hi), side="left"),
+    )
+    piece = np.arange(len(lo))
+    which = np.concatenate([piece, piece, f_which, g_which])
+    t = np.concatenate([lo, hi, f_times[fi], tl.times[gi]])
+    d = tl.service_at(np.full(len(t), f), t) - tl.service_at(g[which], t)
+    order = np.argsort(which, kind="stable")
+    d, which = d[order], which[order]
+    first = np.flatnonzero(np.concatenate([[True], which[1:] != which[:-1]]))
+    return np.maximum.reduceat(d, first) - np.minimum.reduceat(d, first)
+
+
+def _row(tl: Timeline, f: int, gs: np.ndarray, best: float | None) -> tuple[np.ndarray, np.ndarray]:
+    """Each g's largest difference with f (NaN where never both backlogged, or where its bound
+    shows it cannot reach `best` nor the row's best) and their both-backlogged seconds."""
+    value = np.full(len(gs), -np.inf)
+    both = np.zeros(len(gs))
+    g, lo, hi = _pieces(tl, f, gs)
+    if not len(g):
+        return np.full(len(gs), np.nan), both
+    slot = np.searchsorted(gs, g, sorter=np.argsort(gs))
+    slot = np.argsort(gs)[slot]
+    np.add.at(both, slot, hi - lo)
+    m = len(g)
+    sf = tl.service_at(np.full(2 * m, f), np.concatenate([lo, hi]))
+    sg = tl.service_at(np.concatenate([g, g]), np.concatenate([lo, hi]))
+    gain_f, gain_g = sf[m:] - sf[:m], sg[m:] - sg[:m]
+    lower = np.abs(gain_f - gain_g)  # the difference end to end: the range is at least this
+    upper = np.maximum(gain_f, gain_g)  # both only grow: the range is at most the larger gain
+    floor = max(float(lower.max()), best if best is not None else -np.inf)
+    look = upper * (1 + _SLACK) + _SLACK >= floor
+    np.maximum.at(value, slot[look], _ranges(tl, f, g[look], lo[look], hi[look]))
+    seen = np.zeros(len(gs), dtype=bool)
+    seen[slot] = True
+    return np.where(seen, value, np.nan), both
+
+
+def _bounds(tl: Timeline) -> tuple[np.ndarray, np.ndarray]:
+    """Per tenant: B, its weighted service while backlogged, and P, the most it got in one
+    backlogged period. Over an interval in which both were backlogged |ΔW_f − ΔW_g| is at most
+    the larger gain, so no pair can beat max(P_f, P_g) (≤ max(B_f, B_g))."""
+    n = len(tl.tenants)
+    tenant = np.repeat(np.arange(n), np.diff(tl.wait_offsets))
+    gain = tl.service_at(tenant, tl.wait_hi) - tl.service_at(tenant, tl.wait_lo)
+    total = np.bincount(tenant, gain, minlength=n)
+    most = np.zeros(n)
+    np.maximum.at(most, tenant, gain)
+    return total, most
 
 
 def backlogged_service_difference(tl: Timeline) -> BackloggedDifference:
@@ -230,45 +233,54 @@ def backlogged_service_difference(tl: Timeline) -> BackloggedDifference:
     Within one both-backlogged period the difference D(t) is piecewise linear, so the largest
     |D(t2) − D(t1)| is its range over the period's breakpoints.
 
-    Exact, without trying every pair: service only grows, so over an interval in which both
-    were backlogged |ΔW_f − ΔW_g| ≤ max(B_f, B_g), B = a tenant's weighted service while it was
-    backlogged. Tenants are taken by B, largest first, and the search stops at the first whose
-    B cannot beat the best pair found; each tenant is paired with the least-served first.
-    `both_backlogged_s` is the reported pair's time both were backlogged."""
+    Exact, without trying every pair: tenants are taken by B (their service while backlogged),
+    largest first, and the search stops at the first whose B cannot beat the best pair found;
+    each tenant's partners (the least served first) are examined together, skipping those whose
+    bound max(P_f, P_g) cannot beat it, and within a pair only the both-backlogged periods whose
+    larger gain can. `both_backlogged_s` is the reported pair's time both were backlogged."""
     n = len(tl.tenants)
-    if n < 2 or not len(tl.lengths):
+    if n < 2 or not len(tl.wait_lo):
         return BackloggedDifference(None, None, 0.0)
-    inc = np.diff(tl.service, axis=1)
-    bound = np.where(tl.backlogged, inc, 0.0).sum(axis=1)
-    del inc
-    order = np.argsort(-bound, kind="stable")
+    total, most = _bounds(tl)
+    order = np.argsort(-total, kind="stable")
     best: float | None = None
     pair: tuple[str, str] | None = None
     both = 0.0
-    for a, f in enumerate(order):
-        if best is not None and bound[f] <= best:
+    for a, f in enumerate(order[:-1]):
+        if best is not None and total[f] * (1 + _SLACK) + _SLACK < best:
             break  # no pair with f, or with any tenant after it, can beat `best`
-        for g in order[::-1][: n - a - 1]:  # the least served first: the likeliest partner
-            found = _pair_difference(tl, int(f), int(g))
-            if found is not None and (best is None or found[0] > best):
-                best, both = found
-                lo, hi = sorted((int(f), int(g)))
-                pair = (tl.tenants[lo], tl.tenants[hi])
+        partners = order[a + 1 :][::-1]  # the least served first: the likeliest partner
+        if best is not None:
+            partners = partners[np.maximum(most[f], most[partners]) * (1 + _SLACK) + _SLACK >= best]
+        if not len(partners):
+            continue
+        value, seconds = _row(tl, int(f), partners, best)
+        if not np.isfinite(value).any():
+            continue  # never both backlogged, or no period that could beat `best`
+        top = float(np.nanmax(value[np.isfinite(value)]))
+        if best is None or top > best:
+            j = int(np.flatnonzero(value == top)[0])  # the first partner reaching it
+            best, both = top, float(seconds[j])
+            lo, hi = sorted((int(f), int(partners[j])))
+            pair = (tl.tenants[lo], tl.tenants[hi])
     return BackloggedDifference(best, pair, both)
 
 
 def backlogged_service_difference_all_pairs(tl: Timeline) -> BackloggedDifference:
-    """The same figure by trying every pair, O(tenants² · segments): the reference the pruned
-    search is tested and benchmarked against."""
+    """The same figure by trying every pair without a bound, O(tenants² · n): the reference the
+    pruned search is tested and benchmarked against."""
     best: float | None = None
     pair: tuple[str, str] | None = None
     both = 0.0
     n = len(tl.tenants)
     for f in range(n):
         for g in range(f + 1, n):
-            found = _pair_difference(tl, f, g)
-            if found is not None and (best is None or found[0] > best):
-                best, both = found
+            gl, lo, hi = _pieces(tl, f, np.array([g]))
+            if not len(gl):
+                continue
+            found = float(_ranges(tl, f, gl, lo, hi).max())
+            if best is None or found > best:
+                best, both = found, float((hi - lo).sum())
                 pair = (tl.tenants[f], tl.tenants[g])
     return BackloggedDifference(best, pair, both)
 
@@ -281,24 +293,18 @@ def backlogged_jain(
     fair about). Jain, Chiu and Hawe, DEC-TR-301 (1984): (Σx)²/(n·Σx²), 1 when equal, 1/n when
     one takes all. Counting only the backlogged is what makes it fail: a tenant that asked for
     little is not starved by being served little, but one that waited while another was served
-    is. Cost O(segments + windows) per tenant."""
+    is. Cost O((tenants · windows) log n)."""
     starts = np.arange(t0, t1, window_s) if t1 > t0 else np.zeros(0)
-    if not len(starts) or not len(tl.edges):
+    if not len(starts) or not len(tl.grid):
         return starts, np.full(len(starts), np.nan)
     ends = np.minimum(starts + window_s, t1)
-    n = len(tl.tenants)
-    got = np.empty((n, len(starts)))
-    waited = np.empty((n, len(starts)))
-    for i in range(n):  # a tenant at a time: O(segments) memory, not O(tenants × segments)
-        service = tl.service[i]
-        got[i] = np.interp(ends, tl.edges, service) - np.interp(starts, tl.edges, service)
-        held = np.concatenate([[0.0], np.cumsum(np.where(tl.backlogged[i], tl.lengths, 0.0))])
-        waited[i] = np.interp(ends, tl.edges, held) - np.interp(starts, tl.edges, held)
-        del held
+    n, w = len(tl.tenants), len(starts)
+    tenant = np.repeat(np.arange(n), w)
+    a, b = np.tile(starts, n), np.tile(ends, n)
+    got = (tl.service_at(tenant, b) - tl.service_at(tenant, a)).reshape(n, w)
+    waited = (tl.backlog_at(tenant, b) - tl.backlog_at(tenant, a)).reshape(n, w)
     include = waited >= min_backlogged * (ends - starts)
-    values = np.full(len(starts), np.nan)
-    for w in range(len(starts)):
-        sel = include[:, w]
-        if sel.sum() >= 2:
-            values[w] = jain(got[sel, w])
+    values = np.full(w, np.nan)
+    for k in np.flatnonzero(include.sum(axis=0) >= 2):
+        values[k] = jain(got[include[:, k], k])
     return starts, values
