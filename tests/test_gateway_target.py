@@ -384,3 +384,39 @@ async def test_an_upstream_without_metrics_is_refused_unless_engine_none(
     assert seen == [f"Bearer {UPSTREAM_KEY}"] * 2  # the check sends the upstream's own key
     async with serve(engine_app(200, [])) as url:
         await precheck(parse_scenario(scenario(upstreams=[{"url": url}])))
+
+
+def test_behind_the_gateway_the_backlog_is_the_gateways_own_record(
+    upstream: str, tmp_path: Path
+) -> None:
+    """Issue 33: the fairness figures count a request as backlogged only while the scheduler
+    passed it over. Behind the gateway that scheduler is the gateway's queue: with one slot
+    upstream the flood's documents queue there, each record carries the gateway's wait
+    (`backlog_ns`, `passed_over_ns`), and the run's backlog comes from the scheduler, not from
+    the arrival-to-first-token proxy an opaque engine would leave."""
+    data = scenario(
+        upstreams=[
+            {"url": "http://127.0.0.1:1", "engine": "none", "max_inflight": 1},
+        ],
+    )
+    data["target"]["upstreams"][0]["api_key"] = UPSTREAM_KEY
+    path = tmp_path / "gw.yaml"
+    path.write_text(yaml.safe_dump(data))
+    out = tmp_path / "run"
+    proc = run_cli(
+        "run", str(path), "--out", str(out), "--quiet",
+        "--set", f"target.upstreams.0.url={upstream}",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    records = pd.read_parquet(out / "records.parquet")
+    ok = records[records["status"] == "ok"]
+    assert len(ok) > 20
+    assert ok["backlog_ns"].notna().all()  # every answer carried the gateway's record
+    waited = ok[ok["backlog_ns"] > 0]
+    assert len(waited) > 0 and waited["passed_over_ns"].notna().all()
+    assert (ok.loc[ok["backlog_ns"] == 0, "passed_over_ns"].isna()).all()
+    # a request's wait for the scheduler is part of its time to first token
+    ttft = ok["t_first_token_ns"] - ok["t_sent_ns"]
+    assert (waited["backlog_ns"] <= ttft[waited.index]).all()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["fairness"]["service_difference"]["backlog_basis"] == "scheduler"

@@ -7,8 +7,10 @@ a high-rate tenant backlogged all the time and read demand as unfairness (issue 
 
 Two sources, per request:
 - `scheduler`: the target reported it (`passed_over_ns`, `backlog_ns`: the reference scheduler,
-  simulated or live). The wait is [t_sent + passed_over, + backlog]: exact for a request that
-  waited once; a preempted request's later waits are put right after its first.
+  simulated or live, and fairbench's gateway in front of any engine, its queue's record put in
+  front of the engine's: run/executor.py `_behind_gateway`). The wait is
+  [t_sent + passed_over, + backlog]: exact for a request that waited once; a preempted
+  request's later waits are put right after its first.
 - `proxy`: no report (an opaque engine, or a request that ended before the server said): the wait
   from arrival to first response (or to when it was last seen), the figure's earlier reading.
 """

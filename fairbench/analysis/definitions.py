@@ -382,7 +382,8 @@ METRICS: tuple[Metric, ...] = (
         "when no two tenants were ever backlogged at once (reason `no contention`)",
         "requests of the measurement window; the waits come from the scheduler's own events "
         "where the target reports them (`passed_over_ns`, `backlog_ns`: the reference "
-        "scheduler, simulated or live); for an opaque engine (vLLM, TGI over HTTP) the proxy is "
+        "scheduler, simulated or live, and fairbench's gateway, whose queue goes first); "
+        "for an opaque engine (vLLM, TGI over HTTP) the proxy is "
         "arrival → first response, which counts a request's own prefill and step-boundary wait "
         "as backlog and so overstates contention (`fairness.service_difference.backlog_basis` "
         "says which was used). Its error, measured on simulated runs where both are known: "

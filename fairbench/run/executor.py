@@ -240,6 +240,9 @@ class Executor:
             rec.prefill_ns = _opt_int(extra.get("prefill_ns"))
             rec.kv_transfer_ns = _opt_int(extra.get("kv_transfer_ns"))
             rec.decode_wait_ns = _opt_int(extra.get("decode_wait_ns"))
+            gateway = extra.get("gateway")
+            if isinstance(gateway, dict):
+                _behind_gateway(rec, gateway)
         delivered = tokens if stream_tokens is None else stream_tokens
         wants_tokens = req.endpoint != "embeddings" and req.max_tokens > 0
         if wants_tokens and (rec.output_tokens == 0 or (req.stream and delivered == 0)):
@@ -557,6 +560,31 @@ class Executor:
             task.cancel()
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
+
+
+def _behind_gateway(rec: Record, gateway: dict[str, Any]) -> None:
+    """Put fairbench's gateway's queue record (its TIMING header) in front of the engine's.
+
+    The gateway's policy queue comes first: a request passed over there waited for the scheduler
+    from that moment; one dispatched at once and passed over by the engine (our reference
+    server behind it) waited from the engine's moment, offset by the gateway's queue time. The
+    backlog is the two waits' sum, the queue time likewise. An opaque engine behind the gateway
+    reports nothing, so the gateway's record is the whole of it."""
+    queue, passed, backlog = (
+        _opt_int(gateway.get(k)) for k in ("queue_time_ns", "passed_over_ns", "backlog_ns")
+    )
+    if backlog is None:
+        return
+    engine_passed, engine_backlog = rec.passed_over_ns, rec.backlog_ns or 0
+    if backlog > 0 and passed is not None:
+        rec.passed_over_ns = passed
+    elif engine_passed is not None and engine_backlog > 0:
+        rec.passed_over_ns = (queue or 0) + engine_passed
+    else:
+        rec.passed_over_ns = None
+    rec.backlog_ns = backlog + engine_backlog
+    if queue is not None:
+        rec.queue_time_ns = queue + (rec.queue_time_ns or 0)
 
 
 def _opt_int(value: object) -> int | None:

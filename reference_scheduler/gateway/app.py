@@ -31,7 +31,7 @@ from prometheus_client import Counter
 
 from reference_scheduler.core.job import Job
 from reference_scheduler.gateway.config import GatewayConfig
-from reference_scheduler.gateway.dispatcher import Dispatcher
+from reference_scheduler.gateway.dispatcher import TIMING_HEADER, Dispatcher
 from reference_scheduler.gateway.pool import Pool, Upstream
 from reference_scheduler.gateway.relay import (
     SSE_HEADERS,
@@ -70,6 +70,12 @@ class _ClientGone(Exception):
     def __init__(self, response: web.StreamResponse | None = None) -> None:
         super().__init__("client gone")
         self.response = response
+
+
+def _timing_header(job: Job) -> dict[str, str]:
+    """The gateway's queue record of `job` for the client (fairbench reads it into the record's
+    passed_over_ns / backlog_ns / queue_time_ns: the fairness figures' backlog, issue 33)."""
+    return {TIMING_HEADER: orjson.dumps(Dispatcher.timing(job)).decode()}
 
 
 class _NoUpstream(Exception):
@@ -450,7 +456,9 @@ class Gateway:
                 if obj.get("model") != asked:  # what the client asked, never the upstream's
                     obj["model"] = asked
                     raw = orjson.dumps(obj)
-        return web.Response(body=raw, status=200, content_type="application/json"), "finished"
+        return web.Response(
+            body=raw, status=200, content_type="application/json", headers=_timing_header(job)
+        ), "finished"
 
     async def _stream(
         self,
@@ -492,7 +500,7 @@ class Gateway:
             raise Failure("mid_stream", "empty body", before_first_byte=True)
         self.metrics.first_byte.labels(up.name).observe((self.now() - sent) / 1e9)
         events = Events(keep_usage=usage_on, model=asked)
-        response = web.StreamResponse(headers=SSE_HEADERS)
+        response = web.StreamResponse(headers={**SSE_HEADERS, **_timing_header(job)})
         dispatcher = self.dispatcher
         idle = self.config.dispatch.idle_timeout_s
         chunk = first

@@ -13,6 +13,10 @@ calls, so a policy cannot tell a simulated replica from a vLLM behind the gatewa
   sees service taken back);
 - `finish` releases: the upstream slot and `policy.release`, or `policy.remove` for a job still
   waiting. It is idempotent, so every exit path of a handler may call it.
+- contention as the policy saw it (scheduler/passover.py, as the engine keeps it): a job is passed
+  over when a `pick` pass ends while it still waits, and waits for the scheduler until it is
+  dispatched or leaves; `timing` gives the gateway's record of it to the client (issue 33: the
+  fairness figures count only such waits as backlog, not a request's own service time).
 A job that fails before its first byte leaves its upstream's slot and waits in the retry queue,
 ahead of the policy's queue, for another upstream: like a preempted job on a replica's resume
 queue, it does not go back through the policy (that would charge it twice). It is retried once.
@@ -31,6 +35,11 @@ from reference_scheduler.core.policy import Verdict
 from reference_scheduler.core.preemption import Preemption, PreemptionSpec
 from reference_scheduler.gateway.pool import Pool, Upstream
 from reference_scheduler.scheduler.config import SchedulerConfig
+from reference_scheduler.scheduler.passover import PassOver, wait_ends
+
+# The response header that carries `Dispatcher.timing` to the client (fairbench reads it:
+# fairbench/targets/http/wire.py GATEWAY_TIMING_HEADER, the same name in lower case)
+TIMING_HEADER = "X-Fairbench-Gateway"
 
 
 class Dispatcher:
@@ -50,6 +59,7 @@ class Dispatcher:
         self.retried: set[int] = set()
         self.dispatched = 0
         self._seq = 0
+        self.passover = PassOver()
 
     @property
     def replicas(self) -> list[Upstream]:
@@ -65,7 +75,10 @@ class Dispatcher:
             job.status = "rejected"
             job.reject_code = 400
             return Verdict(False, 400, 0, "context_length_exceeded")
-        return self.admission.enter(job, now_ns, self.policy)
+        verdict = self.admission.enter(job, now_ns, self.policy)
+        if verdict.accepted:
+            self.passover.arrived(job)
+        return verdict
 
     # ------------------------------------------------------------------ dispatching
 
@@ -91,11 +104,13 @@ class Dispatcher:
             got = policy.dequeue(now_ns)
             assert got is cand, f"{type(policy).__name__}: peek and dequeue disagree"
             self.admission.left_queue(cand)
+            wait_ends(cand, now_ns)
             cand.admit_ns = now_ns
             if self._uses_charge:
                 policy.charge(cand, now_ns, prefill=cand.prompt_tokens)
             self._place(cand, up)
             placed.append((cand, up))
+        self.passover.pass_ended(now_ns, len(policy))
         return placed
 
     def _place(self, job: Job, up: Upstream) -> None:
@@ -150,6 +165,7 @@ class Dispatcher:
         if status == "waiting":
             self.policy.remove(job)
             self.admission.left_queue(job)
+            wait_ends(job, now_ns)
         elif status == "running":
             self.pool.give(self.pool.upstreams[job.replica], job.blocks)
             self.policy.release(job, now_ns)
@@ -168,3 +184,17 @@ class Dispatcher:
 
     def waiting(self) -> int:
         return len(self.policy) + len(self.retry)
+
+    @staticmethod
+    def timing(job: Job) -> dict[str, int | None]:
+        """The gateway's queue record of a dispatched job, offsets from its receipt here (the
+        reference server's `fairbench` block has the same fields for its own queue): the wait to
+        dispatch, the first moment the policy passed it over (None: never), and the time spent
+        passed over. Final at dispatch: the gateway never preempts."""
+        return {
+            "queue_time_ns": job.admit_ns - job.arrival_ns if job.admit_ns >= 0 else None,
+            "passed_over_ns": (
+                job.passed_over_ns - job.arrival_ns if job.passed_over_ns >= 0 else None
+            ),
+            "backlog_ns": job.backlog_ns,
+        }

@@ -19,6 +19,7 @@ and bounded buffers (an error body keeps at most 2 KiB; a whole JSON body at mos
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 import time
 from pathlib import Path
@@ -29,7 +30,7 @@ import orjson
 
 from fairbench.targets.http.sse import SSEParser
 from fairbench.targets.http.stamped import StampedTransport, open_stamped
-from fairbench.targets.http.wire import OPENAI, Dialect
+from fairbench.targets.http.wire import GATEWAY_TIMING_HEADER, OPENAI, Dialect
 
 now_ns = time.perf_counter_ns
 _MAX_BODY = 16 << 20
@@ -201,6 +202,13 @@ class _Response:
                 return
         else:
             self._framing, self.close_after = "close", True
+        gateway = headers.get(GATEWAY_TIMING_HEADER)
+        if gateway:
+            # fairbench's gateway: its own queue record (dispatcher.timing), final at dispatch
+            with contextlib.suppress(ValueError):
+                record = orjson.loads(gateway)
+                if isinstance(record, dict):
+                    out.extra["gateway"] = record
         retry = headers.get("retry-after")
         if retry is not None:
             try:

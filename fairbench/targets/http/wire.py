@@ -29,6 +29,11 @@ from typing import Any, Protocol
 _REJECT_CODES = (429, 503)
 
 
+# fairbench's gateway answers with its own queue record of the request in this header (JSON:
+# queue_time_ns, passed_over_ns, backlog_ns; reference_scheduler/gateway TIMING_HEADER)
+GATEWAY_TIMING_HEADER = "x-fairbench-gateway"
+
+
 class Sink(Protocol):
     """The Outcome fields a dialect writes (fastclient.Outcome)."""
 
