@@ -29,7 +29,15 @@ from fairbench.workload.models import (
 )
 from fairbench.workload.prompts import _words
 
-__all__ = ["conversation_ids", "output_ids", "sample_seconds", "session_problems", "truncate"]
+__all__ = [
+    "agent_workloads",
+    "conversation_ids",
+    "output_ids",
+    "sample_seconds",
+    "session_problems",
+    "step_word",
+    "truncate",
+]
 
 _OUTPUT_DOMAIN = 0x07E7_0017  # a domain of its own: no output shares words with a prompt seed
 
@@ -60,6 +68,21 @@ def conversation_ids(history: list[np.ndarray], user: np.ndarray, limit: int) ->
     """Turn k's prompt: the conversation so far (`history`: turn 1's user ids, its output ids,
     …) then this turn's user ids, truncated to `limit` (0: no limit)."""
     return truncate(np.concatenate([*history, user]) if history else user, limit)
+
+
+def agent_workloads(scn: Scenario) -> tuple[str, ...]:
+    """The workloads whose sessions are agentic chains (their turns are steps)."""
+    return tuple(
+        name
+        for name, wl in scn.workloads.items()
+        if wl.session is not None and wl.session.agent is not None
+    )
+
+
+def step_word(workload: str, agents: tuple[str, ...] | frozenset[str]) -> str:
+    """What a session's numbered unit is called in a message: "step" for an agent's chain, where
+    the unit is a step of one or k calls, "turn" for a chat."""
+    return "step" if workload in agents else "turn"
 
 
 def session_problems(scn: Scenario) -> list[str]:
