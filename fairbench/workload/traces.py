@@ -43,6 +43,13 @@ class TraceRows:
     hash_offsets: np.ndarray | None = None  # int64, len n+1 (CSR) — Mooncake only
     hash_values: np.ndarray | None = None  # int64
     dropped: int = 0  # rows not replayable (e.g. failed requests in BurstGPT)
+    # read only where a trace's conversation ids are replayed as sessions
+    # (fairbench.workload.conversations): each row's conversation (a code, -1: none), its turn
+    # index as the trace gives it (0 where it gives none: then the timestamps order the turns),
+    # and the latency the trace recorded for it (seconds, NaN where unknown)
+    conversation: np.ndarray | None = None  # int64
+    turn: np.ndarray | None = None  # int64
+    latency: np.ndarray | None = None  # float64
 
     def __len__(self) -> int:
         return len(self.t)
@@ -53,7 +60,14 @@ class TraceRows:
         if self.hash_offsets is not None and self.hash_values is not None:
             offsets, values = take_ragged(self.hash_offsets, self.hash_values, index)
         return TraceRows(
-            self.t[index], self.input_tokens[index], self.output_tokens[index], offsets, values
+            self.t[index],
+            self.input_tokens[index],
+            self.output_tokens[index],
+            offsets,
+            values,
+            conversation=None if self.conversation is None else self.conversation[index],
+            turn=None if self.turn is None else self.turn[index],
+            latency=None if self.latency is None else self.latency[index],
         )
 
     def prefix_key(self, depth: int) -> np.ndarray | None:
@@ -221,16 +235,29 @@ def read_burstgpt(path: Path) -> TraceRows:
 
 
 READERS = {"mooncake": read_mooncake, "azure": read_azure, "burstgpt": read_burstgpt}
+# the formats whose conversation ids can be replayed as sessions (fairbench.workload.conversations)
+SESSION_FORMATS = ("conversation", "burstgpt")
 
 
-def read_trace(fmt: str, path: str | Path) -> TraceRows:
+def read_trace(fmt: str, path: str | Path, sessions: bool = False) -> TraceRows:
+    """The trace's rows; with `sessions`, also each row's conversation, turn and latency."""
     path = Path(path)
     if not path.is_file():
         raise TraceError(f"{path}: trace file not found")
+    if fmt == "conversation" or (sessions and fmt in SESSION_FORMATS):
+        from fairbench.workload.conversations import read_burstgpt_sessions, read_conversations
+
+        return read_conversations(path) if fmt == "conversation" else read_burstgpt_sessions(path)
+    if sessions:
+        raise TraceError(
+            f"{path}: the {fmt} format has no conversation id; sessions come from the formats "
+            f"{list(SESSION_FORMATS)}"
+        )
     try:
         reader = READERS[fmt]
     except KeyError:
-        raise TraceError(f"unknown trace format {fmt!r}; known: {sorted(READERS)}") from None
+        known = sorted([*READERS, "conversation"])
+        raise TraceError(f"unknown trace format {fmt!r}; known: {known}") from None
     return reader(path)
 
 
