@@ -266,3 +266,35 @@ def test_the_run_names_agent_workloads_for_the_cancel_reason() -> None:
     raw = dumped(agent_scenario())
     raw["workloads"]["agent"]["session"] = {"turns": 3}
     assert agent_workloads(parse_scenario(raw)) == ()
+
+
+def test_an_agent_scenario_parses_again_with_every_default_spelt_out() -> None:
+    """A run directory's scenario.yaml is the whole dump, the chat default think_time included,
+    and the report parses it again: an agent's default think_time is not a conflict."""
+    scn = agent_scenario()
+    again = parse_scenario(scn.model_dump(mode="json"))
+    assert again == scn
+    raw = dumped(scn)
+    raw["workloads"]["agent"]["session"]["think_time"] = {"dist": "constant", "value": "1s"}
+    with pytest.raises(ScenarioError, match=r"session\.think_time: an agent waits"):
+        parse_scenario(raw)
+
+
+def test_the_shipped_agent_scenario_runs_in_the_sim() -> None:
+    """scenarios/agent-research.yaml (docs/sessions.md runs it): agent chains with tool waits
+    and a fan-out of 4 every third step, beside a chat tenant's conversations."""
+    from fairbench.workload.scenario import load_scenario
+
+    root = Path(__file__).resolve().parents[1]
+    scn = load_scenario(root / "scenarios" / "agent-research.yaml")
+    plan = materialize(scn)
+    rows, _ = run_sim(plan, scn)
+    assert check_accounting(len(plan), rows).holds
+    tenants = plan.names("tenant")
+    agents = by_step(plan)
+    research = [s for s in agents.values() if tenants[s[0][0]] == "research-agent"]
+    chats = [s for s in agents.values() if tenants[s[0][0]] == "chat-app"]
+    assert len(research) > 10 and len(chats) > 50
+    assert all(len(s[2]) == 4 for s in research if len(s) >= 3)  # step 3 fans out
+    assert all(len(calls) == 1 for s in chats for calls in s)
+    assert all(r["status"] == "ok" for r in rows)

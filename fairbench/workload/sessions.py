@@ -41,6 +41,7 @@ __all__ = [
     "truncate",
 ]
 
+_NO_THINK = ConstantTime(dist="constant", value=0.0)
 # what each trace format has instead of a conversation id, for the refusal
 _TRACE_FIELDS = {
     "mooncake": "timestamp, input_length, output_length, hash_ids",
@@ -116,7 +117,9 @@ def session_problems(scn: Scenario) -> list[str]:
             )
         elif session.agent is None and session.turns is None:
             problems.append(f"{at}.turns: required (how many turns), or give agent: {{steps: ...}}")
-        if session.agent is not None and "think_time" in session.model_fields_set:
+        # compared with the default, not read from model_fields_set: a run directory's
+        # scenario.yaml holds every default spelt out, and is parsed again to report on
+        if session.agent is not None and session.think_time != _NO_THINK:
             problems.append(
                 f"{at}.think_time: an agent waits for its tools; use {at}.agent.tool_time"
             )
