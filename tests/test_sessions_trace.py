@@ -338,3 +338,60 @@ def test_a_session_workload_in_a_conversation_trace_mix_is_refused() -> None:
     raw["workloads"]["chat"]["session"] = {"turns": 3}
     with pytest.raises(ScenarioError, match=r"tenants\[0\]\.mix: a trace gives its own"):
         parse_scenario(raw)
+
+
+# ------------------------------------------------------------------ Qwen-Bailian
+
+BAILIAN = DATA / "bailian.jsonl"
+
+
+def test_bailian_parent_chains_become_sessions_and_whole_prompts_new_text() -> None:
+    """bailian.jsonl: 8 conversations of 2-4 requests chained by parent_chat_id, one whose root
+    is not in the file (it starts at turn 4), and 3 single requests; input_length is the whole
+    prompt. bailian_new_text.json holds each request's new text as generated."""
+    truth = {int(k): v for k, v in json.loads((DATA / "bailian_new_text.json").read_text()).items()}
+    records = [json.loads(line) for line in BAILIAN.read_text().splitlines()]
+    by_chat = {r["chat_id"]: r for r in records}
+    chains: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        root = r
+        while root["parent_chat_id"] in by_chat:
+            root = by_chat[root["parent_chat_id"]]
+        chains[root["chat_id"]].append(r)
+    orphan = next(r for r in records if r["parent_chat_id"] == 99999)
+    truth[orphan["chat_id"]] = orphan["input_length"]  # its history is in its first prompt
+    expected = sorted(
+        [truth[r["chat_id"]] for r in sorted(c, key=lambda r: r["turn"])] for c in chains.values()
+    )
+    plan = materialize(scenario({"format": "bailian", "path": str(BAILIAN)}))
+    sessions = by_session(plan)
+    assert len(sessions) == len(chains) == 12
+    got = sorted(plan.columns["prompt_tokens"][rows].tolist() for rows in sessions.values())
+    assert got == expected
+    # no latency in the trace: the think time is the whole gap between two requests
+    gaps = sorted(
+        round((b["timestamp"] - a["timestamp"]) * 1e9)
+        for c in chains.values()
+        for a, b in itertools.pairwise(sorted(c, key=lambda r: r["turn"]))
+    )
+    later = plan.sessions["turn"] > 1
+    assert np.allclose(sorted(plan.sessions["think_ns"][later]), gaps, atol=2)
+    # without sessions: one request a row, with its 16-token block ids
+    flat = materialize(
+        scenario({"format": "bailian", "path": str(BAILIAN), "sessions": False, "block_tokens": 16})
+    )
+    assert flat.sessions is None and len(flat) == len(records)
+    assert flat.block_offsets is not None and flat.block_tokens == 16
+
+
+def test_a_bailian_chat_id_twice_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "twice.jsonl"
+    row = {"chat_id": 1, "parent_chat_id": -1, "timestamp": 0, "input_length": 5}
+    path.write_text(
+        json.dumps(row | {"output_length": 1})
+        + "\n"
+        + json.dumps(row | {"output_length": 2})
+        + "\n"
+    )
+    with pytest.raises(TraceError, match=r"twice\.jsonl:2: chat_id 1 appears twice"):
+        read_trace("bailian", path, sessions=True)

@@ -20,7 +20,7 @@ from fairbench.workload.conversations import SessionReplay, replay
 from fairbench.workload.errors import ScenarioError
 from fairbench.workload.lengths import sample_lengths
 from fairbench.workload.models import ConstantDist, Scenario, Tenant, TraceArrival, TraceSpec
-from fairbench.workload.sessions import trace_sessions
+from fairbench.workload.sessions import trace_sessions, whole_prompts
 from fairbench.workload.traces import TraceRows, detect_tick, read_trace, spread_ties, take_ragged
 
 _ARRIVALS, _MIX, _PROMPT, _OUTPUT, _PREFIX, _SEEDS, _SPLIT = range(7)
@@ -114,7 +114,7 @@ def _session_trace_parts(
     split hashes the conversation (rows outside any conversation: as without sessions)."""
     rows = read_trace(spec.format, spec.path, sessions=True)
     end = spec.end if spec.end is not None else np.inf
-    rep = replay(rows, spec.start, end, spec.spread, spec.time_scale, spec.turn_input == "whole")
+    rep = replay(rows, spec.start, end, spec.spread, spec.time_scale, whole_prompts(spec))
     shares = np.array([scn.tenants[i].arrival.share or 1.0 for i in users])  # type: ignore[union-attr]
     edges = np.cumsum(shares / shares.sum())
     edges[-1] = 1.0

@@ -7,7 +7,7 @@ finished whenever the target is slower than the original service, and a prefix c
 no conversation. So the turns of a conversation become one session (fairbench.plan.sessions),
 with the existing session rules, and what the trace knows decides the rest.
 
-Two formats carry conversation ids:
+Three formats carry conversation ids:
 
 - **conversation** (ours; docs/sessions.md): JSONL or CSV that a platform team can export from
   its own logs. Columns, by name: `timestamp` (seconds, from any origin, or an ISO 8601
@@ -22,6 +22,15 @@ Two formats carry conversation ids:
   independent requests); `Elapsed time` is the request's response time in seconds. Neither is
   defined in the BurstGPT README we could read; the header and the two meanings are as two
   independent downstream projects report them from the published file.
+
+- **bailian**: the Qwen-Bailian anonymous traces (github.com/alibaba-edu/
+  qwen-bailian-usagetraces-anon, Apache-2.0; Wang et al., "KVCache Cache in the Wild", ATC
+  2025), JSONL `{"chat_id", "parent_chat_id" (-1 for a conversation's first request),
+  "timestamp" (seconds), "input_length", "output_length", "type", "turn", "hash_ids" (16-token
+  blocks)}`. A request's conversation is the root of its `parent_chat_id` chain (a parent not
+  in the file makes its child a root). Its `input_length` is the whole prompt, earlier turns
+  included (the repository's docs/qa-context-growth-pattern.md), so its `turn_input` default is
+  `whole`. Without sessions its rows replay one by one with their block ids, as Mooncake's do.
 
 The replay rule (`replay`): a conversation's first turn arrives open loop at its timestamp;
 turn k+1 is due when turn k completed plus a think time, the trace's own gap between the two
@@ -53,7 +62,13 @@ from fairbench.workload.traces import (
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["SessionReplay", "read_burstgpt_sessions", "read_conversations", "replay"]
+__all__ = [
+    "SessionReplay",
+    "read_bailian",
+    "read_burstgpt_sessions",
+    "read_conversations",
+    "replay",
+]
 
 ID = "conversation_id"
 REQUIRED = ("timestamp", ID, "input_tokens", "output_tokens")
@@ -291,6 +306,94 @@ def read_burstgpt_sessions(path: Path) -> TraceRows:
     n_out = np.where(n_in > 0, n_out, 0)  # a request of no tokens is not replayable either
     turn = np.zeros(len(frame), dtype=np.int64)
     return _sorted(path, t.to_numpy(np.float64), n_in, n_out, conversation, turn, latency)
+
+
+def read_bailian(path: Path) -> TraceRows:
+    """The Qwen-Bailian JSONL (module docstring): rows with their block ids and, from the
+    `parent_chat_id` chains, their conversations and turns."""
+    times: list[float] = []
+    inputs: list[int] = []
+    outputs: list[int] = []
+    chats: list[int] = []
+    parents: list[int] = []
+    turns: list[int] = []
+    lengths: list[int] = []
+    values: list[int] = []
+    lines: list[int] = []
+    with path.open("r", encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise _fail(path, number, f"not valid JSON ({error.msg})") from None
+            if not isinstance(row, dict):
+                raise _fail(path, number, "each line must be a JSON object")
+            try:
+                chat, parent = row["chat_id"], row.get("parent_chat_id", -1)
+                if isinstance(chat, bool) or not isinstance(chat, int):
+                    raise TypeError(f"chat_id must be an integer, got {chat!r}")
+                if isinstance(parent, bool) or not isinstance(parent, int):
+                    raise TypeError(f"parent_chat_id must be an integer, got {parent!r}")
+                ts = float(row["timestamp"])
+                n_in, n_out = int(row["input_length"]), int(row["output_length"])
+                turn = int(row.get("turn", 0))
+                ids = row.get("hash_ids", [])
+                if not isinstance(ids, list):
+                    raise TypeError("hash_ids must be a list")
+                ids = [int(x) for x in ids]
+            except KeyError as error:
+                raise _fail(path, number, f"missing field {error.args[0]!r}") from None
+            except (TypeError, ValueError) as error:
+                raise _fail(path, number, f"bad field value ({error})") from None
+            if not np.isfinite(ts) or ts < 0 or n_in < 1 or n_out < 0:
+                raise _fail(
+                    path, number, "timestamp must be >= 0, input_length >= 1, output_length >= 0"
+                )
+            times.append(ts)
+            inputs.append(n_in)
+            outputs.append(n_out)
+            chats.append(chat)
+            parents.append(parent)
+            turns.append(turn)
+            lengths.append(len(ids))
+            values.extend(ids)
+            lines.append(number)
+    if not times:
+        raise TraceError(f"{path}: no rows")
+    t = np.asarray(times)
+    order = np.argsort(t, kind="stable")  # a parent arrives before its child
+    root: dict[int, int] = {}
+    conversation = np.empty(len(t), dtype=np.int64)
+    for i in order.tolist():
+        chat = chats[i]
+        if chat in root:
+            raise _fail(path, lines[i], f"chat_id {chat} appears twice")
+        root[chat] = root.get(parents[i], chat) if parents[i] != -1 else chat
+        conversation[i] = root[chat]
+    codes = np.unique(conversation, return_inverse=True)[1].astype(np.int64)
+    offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+    rows = TraceRows(
+        t,
+        np.asarray(inputs, dtype=np.int64),
+        np.asarray(outputs, dtype=np.int64),
+        offsets,
+        np.asarray(values, dtype=np.int64),
+        conversation=codes,
+        turn=np.asarray(turns, dtype=np.int64),
+        latency=np.full(len(t), np.nan),
+    ).take(order)
+    return TraceRows(
+        rows.t - rows.t[0],
+        rows.input_tokens,
+        rows.output_tokens,
+        rows.hash_offsets,
+        rows.hash_values,
+        conversation=rows.conversation,
+        turn=rows.turn,
+        latency=rows.latency,
+    )
 
 
 # ------------------------------------------------------------------ replaying

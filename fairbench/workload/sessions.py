@@ -39,6 +39,7 @@ __all__ = [
     "step_word",
     "trace_sessions",
     "truncate",
+    "whole_prompts",
 ]
 
 _NO_THINK = ConstantTime(dist="constant", value=0.0)
@@ -81,7 +82,14 @@ def conversation_ids(history: list[np.ndarray], user: np.ndarray, limit: int) ->
 
 def trace_sessions(spec: TraceSpec) -> bool:
     """Whether a trace's conversations replay as sessions (fairbench.workload.conversations)."""
-    return spec.sessions if spec.sessions is not None else spec.format == "conversation"
+    return (
+        spec.sessions if spec.sessions is not None else spec.format in ("conversation", "bailian")
+    )
+
+
+def whole_prompts(spec: TraceSpec) -> bool:
+    """Whether a session trace's input tokens are each turn's whole prompt (see TraceSpec)."""
+    return (spec.turn_input or ("whole" if spec.format == "bailian" else "new")) == "whole"
 
 
 def agent_workloads(scn: Scenario) -> tuple[str, ...]:
@@ -142,12 +150,12 @@ def session_problems(scn: Scenario) -> list[str]:
         if spec.sessions and spec.format in _TRACE_FIELDS:
             problems.append(
                 f"{at}.sessions: the {spec.format} format has no conversation id (its columns: "
-                f"{_TRACE_FIELDS[spec.format]}); use format conversation (docs/sessions.md) or "
-                "burstgpt (v2.0's Session ID), or remove sessions"
+                f"{_TRACE_FIELDS[spec.format]}); use format conversation (docs/sessions.md), "
+                "bailian or burstgpt (v2.0's Session ID), or remove sessions"
             )
         elif trace_sessions(spec):
             replayed.add(name)
-        elif spec.turn_input != "new":
+        elif spec.turn_input is not None:
             problems.append(f"{at}.turn_input: only read with sessions; remove it")
     by_trace = False
     for i, tenant in enumerate(scn.tenants):

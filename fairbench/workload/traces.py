@@ -236,7 +236,7 @@ def read_burstgpt(path: Path) -> TraceRows:
 
 READERS = {"mooncake": read_mooncake, "azure": read_azure, "burstgpt": read_burstgpt}
 # the formats whose conversation ids can be replayed as sessions (fairbench.workload.conversations)
-SESSION_FORMATS = ("conversation", "burstgpt")
+SESSION_FORMATS = ("conversation", "bailian", "burstgpt")
 
 
 def read_trace(fmt: str, path: str | Path, sessions: bool = False) -> TraceRows:
@@ -244,6 +244,15 @@ def read_trace(fmt: str, path: str | Path, sessions: bool = False) -> TraceRows:
     path = Path(path)
     if not path.is_file():
         raise TraceError(f"{path}: trace file not found")
+    if fmt == "bailian":
+        from fairbench.workload.conversations import read_bailian
+
+        rows = read_bailian(path)
+        if sessions:
+            return rows
+        return TraceRows(
+            rows.t, rows.input_tokens, rows.output_tokens, rows.hash_offsets, rows.hash_values
+        )
     if fmt == "conversation" or (sessions and fmt in SESSION_FORMATS):
         from fairbench.workload.conversations import read_burstgpt_sessions, read_conversations
 
@@ -256,7 +265,7 @@ def read_trace(fmt: str, path: str | Path, sessions: bool = False) -> TraceRows:
     try:
         reader = READERS[fmt]
     except KeyError:
-        known = sorted([*READERS, "conversation"])
+        known = sorted([*READERS, "bailian", "conversation"])
         raise TraceError(f"unknown trace format {fmt!r}; known: {known}") from None
     return reader(path)
 
