@@ -5,9 +5,12 @@
 - Azure LLM inference CSV (Splitwise, 2023): `TIMESTAMP,ContextTokens,GeneratedTokens`, with
   7-digit fractional seconds; the 2024 week-long files add a UTC offset to the timestamp.
 - BurstGPT CSV: columns matched by name (`Timestamp` in seconds, `Request tokens`,
-  `Response tokens`), so the v3 files' extra `Session ID,Elapsed time` columns are harmless.
-  Rows with 0 response tokens are failed requests in the original service; they are not
-  replayed (there is no output length to ask for), and the count is reported.
+  `Response tokens`), so the v2.0 release's extra `Session ID,Elapsed time` columns are
+  harmless; with `sessions: true` they are read (fairbench.workload.conversations). Rows with
+  0 response tokens are failed requests in the original service; they are not replayed (there
+  is no output length to ask for), and the count is reported.
+- Traces with conversation ids replayed as sessions — our generic `conversation` format,
+  Qwen-Bailian's `bailian`, and BurstGPT v2.0 — are read by fairbench.workload.conversations.
 
 A malformed row is reported as `file:line: problem`; the whole file is rejected rather than
 silently replayed without it.
