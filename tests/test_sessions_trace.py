@@ -192,6 +192,7 @@ def test_the_sim_sends_turn_k_plus_1_only_after_turn_k_completed_plus_its_think_
 
 def test_the_cache_hit_rate_rises_with_turns() -> None:
     _, rows = sim_rows(jsonl_scenario())
+    assert rows == sim_rows(jsonl_scenario())[1]  # the records too, run after run
     rate = {}
     for k in range(1, 5):
         mine = [r for r in rows if r["turn"] == k and r["status"] == "ok"]
@@ -395,3 +396,43 @@ def test_a_bailian_chat_id_twice_is_named(tmp_path: Path) -> None:
     )
     with pytest.raises(TraceError, match=r"twice\.jsonl:2: chat_id 1 appears twice"):
         read_trace("bailian", path, sessions=True)
+
+
+# ------------------------------------------------------------------ live
+
+
+async def test_live_a_trace_turn_waits_for_its_predecessor_plus_the_trace_think_time(
+    tmp_path: Path,
+) -> None:
+    """The live executor, the same closed loop: the fixture sped up 200 times (think times of
+    10-100 ms), against a mock target."""
+    from fairbench.plan.model import PlannedRequest
+    from fairbench.run.executor import ExecOptions, Executor
+    from fairbench.run.records import JournalWriter, read_journal
+    from fairbench.targets.base import Done, Started, Token
+    from fairbench.targets.mock import MockTarget
+
+    plan = materialize(
+        scenario({"format": "conversation", "path": str(JSONL), "time_scale": 0.005})
+    )
+
+    async def handler(req: PlannedRequest) -> Any:
+        yield Started()
+        for _ in range(3):
+            yield Token(1)
+        yield Done(3)
+
+    journal = JournalWriter(tmp_path / "journal.jsonl")
+    await Executor(plan, MockTarget(handler), journal, ExecOptions()).run()
+    journal.close()
+    records = read_journal(tmp_path / "journal.jsonl")
+    assert check_accounting(len(plan), records).holds
+    rows = {r["request_id"]: r for r in records}
+    think = plan.sessions["think_ns"]
+    for session_rows in by_session(plan).values():
+        for prev, row in itertools.pairwise(session_rows):
+            a, b = rows[prev], rows[row]
+            assert a["status"] == b["status"] == "ok"
+            assert b["t_intended_ns"] == a["t_done_ns"] + think[row]
+            assert b["t_sent_ns"] >= a["t_done_ns"] + think[row]
+            assert b["prompt_tokens"] == a["prompt_tokens"] + 3 + plan.columns["prompt_tokens"][row]
