@@ -143,7 +143,10 @@ def _ids(values: pd.Series, path: Path, lines: np.ndarray, name: str, blank_ok: 
     """Conversation codes 0, 1, … in order of first appearance (-1: blank, where allowed)."""
     import pandas as pd
 
-    text = values.map(_id_text)
+    if pd.api.types.infer_dtype(values, skipna=False) == "string":
+        text = values.str.strip()  # a CSV's column: text already, vectorised
+    else:
+        text = values.map(_id_text)
     bad = text.isna().to_numpy()
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
