@@ -101,6 +101,11 @@ def test_each_conversation_becomes_one_session_with_its_turns_in_order() -> None
         assert plan.columns["offset_ns"][rows[0]] == round(first * 1e9)
         assert (np.diff(plan.columns["offset_ns"][rows]) >= 0).all()  # earliest times
     assert len(seen) == 60
+    # sessions: false replays the same rows one by one, each at its own timestamp
+    flat = materialize(scenario({"format": "conversation", "path": str(JSONL), "sessions": False}))
+    assert flat.sessions is None and len(flat) == len(plan)
+    stamps = sorted(r["timestamp"] - 0.488 for c in truth.values() for r in c)
+    assert np.allclose(flat.columns["offset_ns"], np.rint(np.array(stamps) * 1e9), atol=2)
 
 
 def test_think_time_is_the_gap_less_the_recorded_latency() -> None:
