@@ -22,8 +22,8 @@ Three formats carry conversation ids:
   `Session ID` is a UUID on `Conversation log` rows and blank on `API log` rows (those replay as
   independent requests); `Elapsed time` is the request's response time in seconds. Neither is
   defined in the BurstGPT README we could read; the header and the two meanings are as two
-  independent downstream projects report them from the published file.
-
+  independent downstream projects report them from the published file. Whether `Request
+  tokens` counts the conversation's history is not documented either: `turn_input` decides.
 - **bailian**: the Qwen-Bailian anonymous traces (github.com/alibaba-edu/
   qwen-bailian-usagetraces-anon, Apache-2.0; Wang et al., "KVCache Cache in the Wild", ATC
   2025), JSONL `{"chat_id", "parent_chat_id" (-1 for a conversation's first request),
@@ -50,8 +50,6 @@ import numpy as np
 from fairbench.workload.traces import TraceRows, detect_tick, spread_ties
 
 __all__ = ["SessionReplay", "replay"]
-
-# ------------------------------------------------------------------ replaying
 
 
 @dataclass(frozen=True)
