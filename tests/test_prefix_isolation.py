@@ -1,13 +1,22 @@
 """Cache isolation between tenants: `tenants[i].cache_salt` (vLLM's field) and
 `workloads.X.prefix.across_tenants`. Two tenants sending identical prompts share prefix-cache
 hits when sharing is on, and get none of each other's when salted or when each has prefixes
-of its own — in both simulated engines (the reference scheduler's, and `engine: vllm`). The
-live client sends the salt to vLLM and nowhere that would not read it.
+of its own — in both simulated engines (the reference scheduler's, and `engine: vllm`), and on
+the reference server over HTTP. The live client sends the salt to vLLM and to the reference
+server, and nowhere that would not read it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
+import socket
+import threading
+from collections.abc import Iterator
 from typing import Any
+from urllib.error import HTTPError
+from urllib.request import Request, urlopen
 
 import pytest
 
@@ -118,10 +127,118 @@ def test_live_client_sends_the_salt_to_vllm_only() -> None:
     assert "cache_salt" not in bodies["b"]
 
 
-@pytest.mark.parametrize("kind", ["sglang", "tgi", "reference"])
+@pytest.mark.parametrize("kind", ["sglang", "tgi"])
 def test_a_salt_for_a_target_that_ignores_it_is_refused(kind: str) -> None:
     with pytest.raises(ScenarioError, match=r"tenants\[0\]\.cache_salt: target kind"):
         two_tenants(("ta", None), kind=kind)
+
+
+def test_the_reference_target_takes_the_salt_but_not_through_a_gateway() -> None:
+    from fairbench.targets.factory import make_target
+
+    scn = two_tenants(("ta", None), kind="reference")
+    target = make_target(scn, base_url="http://127.0.0.1:1")
+    plan = materialize(scn)
+    bodies = {}
+    for i in range(len(plan)):
+        req = plan.request(i)
+        bodies.setdefault(req.tenant, target.body(req, "hello"))  # type: ignore[attr-defined]
+    assert bodies["a"]["cache_salt"] == "ta"
+    assert "cache_salt" not in bodies["b"]
+    raw = scn.model_dump(mode="json", exclude_none=True)
+    raw["target"] = {"kind": "reference", "upstreams": [{"url": "http://127.0.0.1:8000"}]}
+    with pytest.raises(ScenarioError, match=r"tenants\[0\]\.cache_salt: with target.upstreams"):
+        parse_scenario(raw)
+
+
+# ------------------------------------------------------------------ the reference server
+
+SERVER = {
+    "model": "ref",
+    "scheduler": {
+        "policy": "fifo",
+        "profile": {"constant_step_ms": 1.0, "kv_cache_tokens": 20000, "max_num_seqs": 8},
+        "prefix_cache": {"blocks": 4096},
+    },
+    "timing_extension": True,
+    "max_tokens_limit": 64,
+}
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    from reference_scheduler.server.app import serve
+    from reference_scheduler.server.config import parse_server_config
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ready = threading.Event()
+    loop = asyncio.new_event_loop()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        task = loop.create_task(
+            serve(parse_server_config(SERVER), "127.0.0.1", port, lambda _: ready.set())
+        )
+        with contextlib.suppress(asyncio.CancelledError):
+            loop.run_until_complete(task)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    yield f"http://127.0.0.1:{port}"
+    for task in asyncio.all_tasks(loop):
+        loop.call_soon_threadsafe(task.cancel)
+    thread.join(5)
+
+
+def _ask(url: str, text: str, salt: object = None) -> tuple[int, dict[str, Any]]:
+    """(HTTP status, JSON body) of one chat request."""
+    body: dict[str, Any] = {"messages": [{"role": "user", "content": text}], "max_tokens": 2}
+    if salt is not None:
+        body["cache_salt"] = salt
+    request = Request(
+        url + "/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urlopen(request, timeout=20) as response:
+            return response.status, json.loads(response.read())
+    except HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def test_the_reference_server_honours_cache_salt(server: str) -> None:
+    """vLLM's rule over HTTP: an unsalted repeat hits; a different salt hits nothing of the same
+    text; a repeat under one salt hits what an unsalted repeat does."""
+    from reference_scheduler.core.tokenizer import VOCAB
+
+    def cached(text: str, salt: str | None = None) -> int:
+        status, body = _ask(server, text, salt)
+        assert status == 200, body
+        return int(body["fairbench"]["cached_tokens"])
+
+    prompts = [" ".join(VOCAB[(k * 131 + i) % len(VOCAB)] for i in range(200)) for k in range(4)]
+    assert cached(prompts[0]) == 0
+    unsalted = cached(prompts[0])
+    assert unsalted >= 192  # 12 full blocks of 16
+    assert cached(prompts[0], "tenant-a") == 0  # the same text, salted: no block shared
+    assert cached(prompts[0], "tenant-b") == 0
+    assert cached(prompts[0], "tenant-a") == unsalted
+    # a salt isolates from the start: salted, then unsalted, of fresh text
+    assert cached(prompts[1], "tenant-a") == 0
+    assert cached(prompts[1]) == 0
+
+
+@pytest.mark.parametrize("salt", [5, "", ["a"], True])
+def test_a_bad_cache_salt_is_an_openai_400(server: str, salt: object) -> None:
+    status, body = _ask(server, "ka ke ki", salt)
+    assert status == 400
+    error = body["error"]
+    assert error["param"] == "cache_salt" and error["type"] == "invalid_request_error"
+    assert _ask(server, "ka ke ki")[0] == 200  # and the server is still up
 
 
 def test_salt_in_extra_body_is_pointed_to_the_field() -> None:

@@ -28,6 +28,7 @@ from fairbench.targets.base import Done, Failed, Started, TargetEvent, Token
 from fairbench.targets.mock import MockTarget
 from fairbench.targets.sim import run_sim
 from fairbench.workload.scenario import ScenarioError, parse_scenario
+from fairbench.workload.sessions import agent_workloads
 
 TOOL_NS = 40_000_000
 
@@ -160,7 +161,7 @@ def test_in_the_sim_a_failed_call_cancels_the_rest_of_its_session() -> None:
         for later in steps[bad + 1 :]:
             for r in later:
                 assert rows[r]["status"] == "cancelled"
-                assert rows[r]["error_detail"].startswith("not sent: turn ")
+                assert rows[r]["error_detail"].startswith(f"not sent: step {bad + 1} (")
                 assert rows[r].get("t_sent_ns") is None
         ended += bad + 1 < len(steps)
     assert ended > 0
@@ -207,7 +208,8 @@ class Agentic:
 
 async def live(tmp_path: Path, plan: Any, target: Agentic) -> dict[int, dict[str, Any]]:
     journal = JournalWriter(tmp_path / "journal.jsonl")
-    await Executor(plan, MockTarget(target.handler), journal, ExecOptions()).run()
+    options = ExecOptions(agent_workloads=("agent",))  # as fairbench.run.measure sets it
+    await Executor(plan, MockTarget(target.handler), journal, options).run()
     journal.close()
     rows = read_journal(tmp_path / "journal.jsonl")
     assert check_accounting(len(plan), rows).holds
@@ -250,8 +252,49 @@ async def test_live_a_failed_fan_out_call_cancels_the_rest(tmp_path: Path) -> No
             for calls in steps[2:]:
                 for r in calls:
                     assert r not in target.sent
-                    assert "turn 2 (error)" in rows[r]["error_detail"]
+                    assert "not sent: step 2 (error) of its" in rows[r]["error_detail"]
             ended += 1
         else:
             assert all(s == "ok" for step in statuses for s in step)
     assert ended > 0
+
+
+def test_the_run_names_agent_workloads_for_the_cancel_reason() -> None:
+    """fairbench.run.measure passes these to the executor: an agent's cancel reason says
+    "step N", a chat's "turn N" (tests/test_sessions*.py check both messages)."""
+    assert agent_workloads(agent_scenario()) == ("agent",)
+    raw = dumped(agent_scenario())
+    raw["workloads"]["agent"]["session"] = {"turns": 3}
+    assert agent_workloads(parse_scenario(raw)) == ()
+
+
+def test_an_agent_scenario_parses_again_with_every_default_spelt_out() -> None:
+    """A run directory's scenario.yaml is the whole dump, the chat default think_time included,
+    and the report parses it again: an agent's default think_time is not a conflict."""
+    scn = agent_scenario()
+    again = parse_scenario(scn.model_dump(mode="json"))
+    assert again == scn
+    raw = dumped(scn)
+    raw["workloads"]["agent"]["session"]["think_time"] = {"dist": "constant", "value": "1s"}
+    with pytest.raises(ScenarioError, match=r"session\.think_time: an agent waits"):
+        parse_scenario(raw)
+
+
+def test_the_shipped_agent_scenario_runs_in_the_sim() -> None:
+    """scenarios/agent-research.yaml (docs/sessions.md runs it): agent chains with tool waits
+    and a fan-out of 4 every third step, beside a chat tenant's conversations."""
+    from fairbench.workload.scenario import load_scenario
+
+    root = Path(__file__).resolve().parents[1]
+    scn = load_scenario(root / "scenarios" / "agent-research.yaml")
+    plan = materialize(scn)
+    rows, _ = run_sim(plan, scn)
+    assert check_accounting(len(plan), rows).holds
+    tenants = plan.names("tenant")
+    agents = by_step(plan)
+    research = [s for s in agents.values() if tenants[s[0][0]] == "research-agent"]
+    chats = [s for s in agents.values() if tenants[s[0][0]] == "chat-app"]
+    assert len(research) > 10 and len(chats) > 50
+    assert all(len(s[2]) == 4 for s in research if len(s) >= 3)  # step 3 fans out
+    assert all(len(calls) == 1 for s in chats for calls in s)
+    assert all(r["status"] == "ok" for r in rows)

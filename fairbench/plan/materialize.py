@@ -16,9 +16,11 @@ import numpy as np
 from fairbench.plan.model import COLUMNS, ENDPOINTS, SESSION_COLUMNS, Plan
 from fairbench.plan.sessions import expand_sessions, number_sessions
 from fairbench.workload.arrivals import arrival_times, rate_function
+from fairbench.workload.conversations import SessionReplay, replay
 from fairbench.workload.errors import ScenarioError
 from fairbench.workload.lengths import sample_lengths
-from fairbench.workload.models import ConstantDist, Scenario, Tenant, TraceArrival
+from fairbench.workload.models import ConstantDist, Scenario, Tenant, TraceArrival, TraceSpec
+from fairbench.workload.sessions import trace_sessions, whole_prompts
 from fairbench.workload.traces import TraceRows, detect_tick, read_trace, spread_ties, take_ragged
 
 _ARRIVALS, _MIX, _PROMPT, _OUTPUT, _PREFIX, _SEEDS, _SPLIT = range(7)
@@ -39,6 +41,12 @@ class _Part:
     output: np.ndarray | None = None
     block_offsets: np.ndarray | None = None
     block_values: np.ndarray | None = None
+    # from a trace whose conversations replay as sessions (fairbench.workload.conversations)
+    replay: SessionReplay | None = None
+
+
+def _replay_part(replay: SessionReplay) -> _Part:
+    return _Part(replay.t, replay.input_tokens, replay.output_tokens, replay=replay)
 
 
 def _splitmix64(x: np.ndarray) -> np.ndarray:
@@ -58,6 +66,9 @@ def _trace_parts(scn: Scenario, seed: int) -> dict[int, _Part]:
             if isinstance(t.arrival, TraceArrival) and t.arrival.trace == name
         ]
         if not users:
+            continue
+        if trace_sessions(spec):
+            parts.update(_session_trace_parts(scn, seed, trace_index, spec, users))
             continue
         rows = read_trace(spec.format, spec.path)
         end = spec.end if spec.end is not None else np.inf
@@ -93,6 +104,34 @@ def _trace_parts(scn: Scenario, seed: int) -> dict[int, _Part]:
                 mine.hash_values,
             )
     return parts
+
+
+def _session_trace_parts(
+    scn: Scenario, seed: int, trace_index: int, spec: TraceSpec, users: list[int]
+) -> dict[int, _Part]:
+    """A trace's conversations as sessions (fairbench.workload.conversations.replay), each
+    conversation whole with one tenant: a shares split draws once per conversation, a hash
+    split hashes the conversation (rows outside any conversation: as without sessions)."""
+    rows = read_trace(spec.format, spec.path, sessions=True)
+    end = spec.end if spec.end is not None else np.inf
+    rep = replay(rows, spec.start, end, spec.spread, spec.time_scale, whole_prompts(spec))
+    shares = np.array([scn.tenants[i].arrival.share or 1.0 for i in users])  # type: ignore[union-attr]
+    edges = np.cumsum(shares / shares.sum())
+    edges[-1] = 1.0
+    inside = rep.session >= 0
+    if spec.split == "hash":
+        key = np.where(inside, rep.session, (np.int64(1) << 40) + np.arange(len(rep)))
+        u = (_splitmix64(key) >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+    else:
+        u = _stream(seed, _TRACE_OWNER + trace_index, _SPLIT).random(len(rep))
+        if inside.any():  # every turn goes where its conversation's first row went
+            _, first, back = np.unique(rep.session[inside], return_index=True, return_inverse=True)
+            u[inside] = u[np.flatnonzero(inside)[first]][back]
+    owner = np.searchsorted(edges, u, side="right")
+    return {
+        tenant_index: _replay_part(rep.take(np.flatnonzero(owner == k)))
+        for k, tenant_index in enumerate(users)
+    }
 
 
 def _synthetic_part(tenant: Tenant, index: int, seed: int, horizon: float) -> _Part:
@@ -159,9 +198,11 @@ def _fill(
                 group = group + index * wl.prefix.groups
             out["prefix_group"][rows] = np.where(has, group, -1)
             out["prefix_tokens"][rows] = np.where(has, np.minimum(wl.prefix.tokens, prompt), 0)
+    if part.replay is not None:
+        return _trace_sessions(out, part.replay, index)
     if _has_sessions(scn):
-        # a trace's rows are replayed as they are (sessions from a trace's conversation ids
-        # are not read yet): only synthetic arrivals open sessions
+        # a trace without conversations is replayed row by row: only synthetic arrivals open
+        # sessions of a workload's `session:`
         coded = [
             (workload_codes.index(name), scn.workloads[name])
             for name in names
@@ -173,8 +214,39 @@ def _fill(
     return out
 
 
+def _trace_sessions(
+    out: dict[str, np.ndarray], rep: SessionReplay, tenant_index: int
+) -> dict[str, np.ndarray]:
+    """A tenant's rows from a trace's conversations, with the session columns: one workload a
+    conversation (its first turn's pick), the shared prefix (if the workload has one) opening
+    a conversation only, think times and turns as the replay gives them."""
+    inside = rep.session >= 0
+    if inside.any():
+        codes, back = np.unique(rep.session[inside], return_inverse=True)
+        opener = np.flatnonzero(inside & (rep.turn == 1))
+        first_pick = np.empty(len(codes), dtype=np.int64)
+        first_pick[np.searchsorted(codes, rep.session[opener])] = opener
+        source = np.arange(len(rep))
+        source[inside] = first_pick[back]
+        for name in ("workload", "slo_class", "endpoint", "stream"):
+            out[name] = out[name][source]  # the mix drew per row: the first turn's draw
+    later = rep.turn > 1
+    out["prefix_group"][later] = -1
+    out["prefix_tokens"][later] = 0
+    out["session_key"] = np.where(
+        inside, (np.int64(tenant_index) << 40) | rep.session.astype(np.int64), -1
+    )
+    out["turn"] = rep.turn.astype(np.int32)
+    out["think_ns"] = np.rint(rep.think * 1e9).astype(np.int64)
+    out["context_limit"] = np.zeros(len(rep), dtype=np.int32)
+    return out
+
+
 def _has_sessions(scn: Scenario) -> bool:
-    return any(wl.session is not None for wl in scn.workloads.values())
+    used = {t.arrival.trace for t in scn.tenants if isinstance(t.arrival, TraceArrival)}
+    return any(wl.session is not None for wl in scn.workloads.values()) or any(
+        trace_sessions(spec) for name, spec in scn.traces.items() if name in used
+    )
 
 
 def _build(
@@ -184,7 +256,9 @@ def _build(
     filled: list[dict[str, np.ndarray]] = []
     for i, tenant in enumerate(scn.tenants):
         part = traces[i] if i in traces else _synthetic_part(tenant, i, seed, horizon)
-        if i in traces:
+        if part.replay is not None:  # a conversation is in the run if its first turn is
+            part = _replay_part(part.replay.take(np.flatnonzero(part.replay.opened < horizon)))
+        elif i in traces:
             keep = np.flatnonzero(part.t < horizon)
             if len(keep) < len(part.t):
                 rows = TraceRows(

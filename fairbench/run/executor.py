@@ -39,6 +39,7 @@ from fairbench.plan.sessions import Conversation, Steps, session_steps
 from fairbench.run.pacer import make_pacer
 from fairbench.run.records import JournalWriter, Record
 from fairbench.targets.base import Done, Failed, Started, Target, Token
+from fairbench.workload.sessions import step_word
 
 now_ns = time.perf_counter_ns
 _PREPARE_NS = 1_500_000  # build requests ahead only while the next send is this far off
@@ -55,6 +56,8 @@ class ExecOptions:
     # spin (yielding to I/O); `spin` forces the latter.
     pacing: str = "auto"
     spin_s: float = 0.0012
+    # workloads whose sessions are agents: a cancel reason names their "step N", not "turn N"
+    agent_workloads: tuple[str, ...] = ()
 
 
 @dataclass
@@ -462,7 +465,8 @@ class Executor:
             recs = [self._outcomes.pop(r) for r in rows]
             failed = next((rec for rec in recs if rec.status != "ok"), None)
             if failed is not None:
-                self._end_session(after, f"turn {failed.turn} ({failed.status})")
+                word = step_word(first.workload, self.options.agent_workloads)
+                self._end_session(after, f"{word} {failed.turn} ({failed.status})")
                 return
             conversation.joined(
                 [(plan.request(r), rec.output_tokens) for r, rec in zip(rows, recs, strict=True)]

@@ -43,6 +43,7 @@ from fairbench.targets.factory import make_target
 from fairbench.targets.http.stamped import describe as stamps_info
 from fairbench.targets.precheck import precheck
 from fairbench.workload.models import Scenario
+from fairbench.workload.sessions import agent_workloads
 
 CLOCK_SOURCE = "time.perf_counter_ns (CLOCK_MONOTONIC)"
 
@@ -141,6 +142,7 @@ def measure(
         grace_s=scn.run.grace,
         concurrency_cap=scn.run.concurrency_cap,
         pacing=scn.run.pacing,
+        agent_workloads=agent_workloads(scn),
     )
     stopped = False
     loop_lags: np.ndarray | None = None

@@ -142,6 +142,7 @@ ENGINES: dict[str, Engine] = {
     "reference": Engine(
         "reference",
         priority_field=False,
+        cache_salt=True,  # reference_scheduler/server/app.py: vLLM's rule
         headline_metrics=(
             "scheduler_queue_depth",
             "scheduler_running",

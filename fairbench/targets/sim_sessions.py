@@ -9,7 +9,8 @@ the engine actually served, so the prefix cache sees the hits a real conversatio
 hashes are hashes of the block's own words, chained, exact wherever two prompts share text.
 
 A turn that did not finish (rejected, timed out, cancelled) ends its session: each of its
-session's later turns is recorded once, `cancelled`, saying which turn ended it.
+session's later turns is recorded once, `cancelled`, saying which turn (an agent's: which step)
+ended it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import numpy as np
 from fairbench.plan.model import Plan
 from fairbench.plan.sessions import Conversation, session_steps
 from fairbench.workload.scenario import Scenario
+from fairbench.workload.sessions import agent_workloads, step_word
 from reference_scheduler.core.job import Job
 from reference_scheduler.core.prefix_cache import salted
 from reference_scheduler.drivers.virtual import SimResult, simulate
@@ -171,6 +173,7 @@ def run_sim_sessions(
     full = SimResult(jobs, result.decode_ends, result.end_ns, result.steps, None)
     rows = records_from(full, _Due(plan, state.due), timeout_ns, None)  # type: ignore[arg-type]
     sid, ended = plan.sessions["session_id"], {}
+    agents = agent_workloads(scn)  # their cancel reasons say "step N", a chat's "turn N"
     for i, row in enumerate(rows):
         row["session_id"] = int(sid[i]) if sid[i] >= 0 else None
         row["turn"] = int(turn[i]) if turn[i] > 0 else None
@@ -187,7 +190,7 @@ def run_sim_sessions(
                 "prompt_tokens": req.prompt_tokens,
                 "max_tokens": req.max_tokens,
                 "status": "cancelled",
-                "error_detail": f"not sent: turn {cause} of its session ended unfinished",
+                "error_detail": f"not sent: {cause} of its session ended unfinished",
                 "output_tokens": 0,
                 "n_chunks": 0,
                 "worker": 0,
@@ -195,7 +198,8 @@ def run_sim_sessions(
                 "turn": req.turn,
             }
         elif row["status"] != "ok" and row["turn"] is not None:
-            ended.setdefault(row["session_id"], f"{row['turn']} ({row['status']})")
+            word = step_word(row["workload"], agents)
+            ended.setdefault(row["session_id"], f"{word} {row['turn']} ({row['status']})")
     info = {
         "kind": "sim",
         "policy": str(config.spec.policy),

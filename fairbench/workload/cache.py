@@ -9,7 +9,8 @@ vLLM's request field, which vLLM mixes into the hash of a prompt's first block
 when `start_token_idx == 0`; every later block's hash chains on it), so two requests of
 different salts never share a cached block, whatever their text, and requests of one salt share
 exactly what they would unsalted. The simulator honours the salt the same way
-(reference_scheduler.core.prefix_cache.salted); the live client sends it to vLLM.
+(reference_scheduler.core.prefix_cache.salted); the live client sends it to vLLM and to the
+reference server, which starts its chained block hashes from the salt.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from fairbench.workload.models import Scenario
 
 __all__ = ["SALTED_KINDS", "cache_problems", "salt_of"]
 
-# targets that honour cache_salt: vLLM reads the field, the simulator hashes with it
-SALTED_KINDS = ("vllm", "sim")
+# targets that honour cache_salt: vLLM and the reference server read the field (vLLM's rule),
+# the simulator hashes with it
+SALTED_KINDS = ("vllm", "reference", "sim")
 
 
 def salt_of(scn: Scenario, tenant: str) -> str | None:
@@ -45,6 +47,12 @@ def cache_problems(scn: Scenario) -> list[str]:
             f"tenants[{salted[0]}].cache_salt: target kind {scn.target.kind!r} does not read "
             f"cache_salt (it is vLLM's field; honoured by: {', '.join(SALTED_KINDS)}); remove "
             "it or use one of those targets"
+        )
+    if salted and scn.target.kind == "reference" and scn.target.upstreams:
+        problems.append(
+            f"tenants[{salted[0]}].cache_salt: with target.upstreams the reference target is a "
+            "gateway, which passes the body to engines that may not read cache_salt; remove "
+            "it or the upstreams"
         )
     for name, wl in scn.workloads.items():
         prefix = wl.prefix

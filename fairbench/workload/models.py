@@ -293,7 +293,7 @@ class Phase(_Model):
 
 
 class TraceSpec(_Model):
-    format: Literal["mooncake", "azure", "burstgpt"]
+    format: Literal["mooncake", "azure", "burstgpt", "conversation", "bailian"]
     path: str = Field(description="relative to the scenario file")
     time_scale: Finite = Field(1.0, gt=0, description="2 replays twice as slow")
     start: NonNegSeconds = Field(0.0, description="window start, trace time")
@@ -310,6 +310,18 @@ class TraceSpec(_Model):
     )
     split_depth: int = Field(2, ge=1, description="prefix blocks that key a hash split")
     block_tokens: int = Field(512, ge=1, description="tokens per hash id (Mooncake: 512)")
+    sessions: bool | None = Field(
+        None,
+        description="replay each conversation's rows as one session (docs/sessions.md); "
+        "default: true for formats conversation and bailian, false otherwise; burstgpt needs "
+        "v2.0's Session ID column",
+    )
+    turn_input: Literal["new", "whole"] | None = Field(
+        None,
+        description="with sessions: a row's input tokens are the turn's new text, or its "
+        "whole prompt (the conversation so far included); default: whole for bailian, new "
+        "otherwise",
+    )
 
     @field_validator("spread")
     @classmethod

@@ -25,11 +25,29 @@ from fairbench.workload.models import (
     Scenario,
     TimeDist,
     TraceArrival,
+    TraceSpec,
     UniformTime,
 )
 from fairbench.workload.prompts import _words
 
-__all__ = ["conversation_ids", "output_ids", "sample_seconds", "session_problems", "truncate"]
+__all__ = [
+    "agent_workloads",
+    "conversation_ids",
+    "output_ids",
+    "sample_seconds",
+    "session_problems",
+    "step_word",
+    "trace_sessions",
+    "truncate",
+    "whole_prompts",
+]
+
+_NO_THINK = ConstantTime(dist="constant", value=0.0)
+# what each trace format has instead of a conversation id, for the refusal
+_TRACE_FIELDS = {
+    "mooncake": "timestamp, input_length, output_length, hash_ids",
+    "azure": "TIMESTAMP, ContextTokens, GeneratedTokens",
+}
 
 _OUTPUT_DOMAIN = 0x07E7_0017  # a domain of its own: no output shares words with a prompt seed
 
@@ -62,10 +80,38 @@ def conversation_ids(history: list[np.ndarray], user: np.ndarray, limit: int) ->
     return truncate(np.concatenate([*history, user]) if history else user, limit)
 
 
+def trace_sessions(spec: TraceSpec) -> bool:
+    """Whether a trace's conversations replay as sessions (fairbench.workload.conversations)."""
+    return (
+        spec.sessions if spec.sessions is not None else spec.format in ("conversation", "bailian")
+    )
+
+
+def whole_prompts(spec: TraceSpec) -> bool:
+    """Whether a session trace's input tokens are each turn's whole prompt (see TraceSpec)."""
+    return (spec.turn_input or ("whole" if spec.format == "bailian" else "new")) == "whole"
+
+
+def agent_workloads(scn: Scenario) -> tuple[str, ...]:
+    """The workloads whose sessions are agentic chains (their turns are steps)."""
+    return tuple(
+        name
+        for name, wl in scn.workloads.items()
+        if wl.session is not None and wl.session.agent is not None
+    )
+
+
+def step_word(workload: str, agents: tuple[str, ...] | frozenset[str]) -> str:
+    """What a session's numbered unit is called in a message: "step" for an agent's chain, where
+    the unit is a step of one or k calls, "turn" for a chat."""
+    return "step" if workload in agents else "turn"
+
+
 def session_problems(scn: Scenario) -> list[str]:
     """What a scenario asks of sessions that cannot be done, one line each, naming the field:
-    embeddings have no conversation, a trace replays each row as one request, and the
-    disaggregated simulator runs independent requests only."""
+    embeddings have no conversation, a trace gives its own requests (and turns: a session
+    workload cannot be in a trace tenant's mix), only some trace formats have conversation ids,
+    and the disaggregated simulator runs independent requests only."""
     problems = []
     users = {name for name, wl in scn.workloads.items() if wl.session is not None}
     for name in sorted(users):
@@ -79,7 +125,9 @@ def session_problems(scn: Scenario) -> list[str]:
             )
         elif session.agent is None and session.turns is None:
             problems.append(f"{at}.turns: required (how many turns), or give agent: {{steps: ...}}")
-        if session.agent is not None and "think_time" in session.model_fields_set:
+        # compared with the default, not read from model_fields_set: a run directory's
+        # scenario.yaml holds every default spelt out, and is parsed again to report on
+        if session.agent is not None and session.think_time != _NO_THINK:
             problems.append(
                 f"{at}.think_time: an agent waits for its tools; use {at}.agent.tool_time"
             )
@@ -91,11 +139,41 @@ def session_problems(scn: Scenario) -> list[str]:
     for i, tenant in enumerate(scn.tenants):
         if isinstance(tenant.arrival, TraceArrival) and users & set(scn.mix_of(tenant)):
             problems.append(
-                f"tenants[{i}].mix: a trace replays each row as one request, so a workload with "
-                f"a session ({', '.join(sorted(users & set(scn.mix_of(tenant))))}) cannot be in "
-                "its mix; give the trace a workload without session"
+                f"tenants[{i}].mix: a trace gives its own requests (and, with sessions, its "
+                f"own turns and think times), so a workload with a session "
+                f"({', '.join(sorted(users & set(scn.mix_of(tenant))))}) cannot be in its mix; "
+                "give the trace a workload without session"
             )
-    if users and scn.target.kind == "sim" and scn.scheduler.get("disaggregation") is not None:
+    replayed = set()
+    for name, spec in scn.traces.items():
+        at = f"traces.{name}"
+        if spec.sessions and spec.format in _TRACE_FIELDS:
+            problems.append(
+                f"{at}.sessions: the {spec.format} format has no conversation id (its columns: "
+                f"{_TRACE_FIELDS[spec.format]}); use format conversation (docs/sessions.md), "
+                "bailian or burstgpt (v2.0's Session ID), or remove sessions"
+            )
+        elif trace_sessions(spec):
+            replayed.add(name)
+        elif spec.turn_input is not None:
+            problems.append(f"{at}.turn_input: only read with sessions; remove it")
+    by_trace = False
+    for i, tenant in enumerate(scn.tenants):
+        if isinstance(tenant.arrival, TraceArrival) and tenant.arrival.trace in replayed:
+            by_trace = True
+            embedded = [
+                m
+                for m in scn.mix_of(tenant)
+                if m in scn.workloads and scn.workloads[m].endpoint == "embeddings"
+            ]
+            if embedded:
+                problems.append(
+                    f"tenants[{i}].mix: {embedded[0]} is embeddings, which have no conversation, "
+                    f"and trace {tenant.arrival.trace!r} replays conversations; use a chat or "
+                    "completions workload"
+                )
+    disaggregated = scn.scheduler.get("disaggregation") is not None
+    if (users or by_trace) and scn.target.kind == "sim" and disaggregated:
         problems.append(
             "scheduler.disaggregation: the simulator runs sessions colocated only, for now; "
             "remove disaggregation or the workloads' session"

@@ -30,6 +30,7 @@ from reference_scheduler.server.metrics import SchedulerMetrics
 from reference_scheduler.server.openapi import OPENAPI
 from reference_scheduler.server.requests import (
     BadRequest,
+    cache_salt_of,
     error_response,
     invalid,
     json_object,
@@ -74,7 +75,19 @@ class Api:
     def _max_tokens(self, body: dict[str, Any]) -> int:
         return max_tokens_of(body, self.config.spec.max_tokens_limit)
 
-    def _job(self, tenant: TenantEntry, cls: str, prompt: str, max_tokens: int) -> Job:
+    def _job(
+        self,
+        tenant: TenantEntry,
+        cls: str,
+        prompt: str,
+        max_tokens: int,
+        cache_salt: str | None = None,
+    ) -> Job:
+        """The request as the scheduler's job. Its prompt blocks are hashed chained (block k's
+        hash covers blocks 0..k), the chain started from the `cache_salt` when there is one:
+        vLLM's rule (the salt is an extra key of the first block only, every later block chains
+        on it), so requests of different salts share no cached block, and requests of one salt
+        share exactly what they would unsalted."""
         assert self.driver is not None
         n = count_tokens(prompt)
         if n < 1:
@@ -90,7 +103,7 @@ class Api:
         ids = token_ids(prompt)
         block = self.driver.engine.block_size
         hashes = []
-        h = 0
+        h = 0 if cache_salt is None else hash(("cache_salt", cache_salt))
         for start in range(0, len(ids) - len(ids) % block, block):
             h = hash((h, tuple(ids[start : start + block])))
             hashes.append(h)
@@ -123,7 +136,7 @@ class Api:
             max_tokens = self._max_tokens(body)
             n_of(body, 1)  # one choice per request: a 400 that says so, never a silent one
             stream_on, usage_on = stream_flags(body)
-            job = self._job(tenant, cls, prompt, max_tokens)
+            job = self._job(tenant, cls, prompt, max_tokens, cache_salt_of(body))
         except BadRequest as error:
             return error_response(error)
         assert self.driver is not None

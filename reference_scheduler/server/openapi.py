@@ -67,6 +67,7 @@ OPENAPI: dict[str, Any] = {
                     "stream": {"type": "boolean"},
                     "stream_options": {"$ref": "#/components/schemas/StreamOptions"},
                     "ignore_eos": {"type": "boolean"},
+                    "cache_salt": {"type": "string", "minLength": 1},
                 },
             },
             "Chat": {
@@ -90,6 +91,7 @@ OPENAPI: dict[str, Any] = {
                     "stream": {"type": "boolean"},
                     "stream_options": {"$ref": "#/components/schemas/StreamOptions"},
                     "ignore_eos": {"type": "boolean"},
+                    "cache_salt": {"type": "string", "minLength": 1},
                 },
             },
             "Embedding": {

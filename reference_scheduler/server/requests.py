@@ -99,6 +99,18 @@ def stream_flags(body: dict[str, Any]) -> tuple[bool, bool]:
     return stream, bool(options.get("include_usage", False))
 
 
+def cache_salt_of(body: dict[str, Any]) -> str | None:
+    """vLLM's `cache_salt` request field (None: unsalted). vLLM refuses anything but a non-empty
+    string with a 400 naming the parameter; so does this server, rather than ignore a salt the
+    client meant to isolate its cache with."""
+    salt = body.get("cache_salt")
+    if salt is None:
+        return None
+    if not isinstance(salt, str) or not salt:
+        raise invalid("cache_salt must be a non-empty string if provided.", "cache_salt")
+    return salt
+
+
 def prompt_of_chat(body: dict[str, Any]) -> str:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
