@@ -208,6 +208,21 @@ def test_the_cache_hit_rate_rises_with_turns() -> None:
         assert rate[k + 1] > rate[k] + 0.05, rate
 
 
+def test_a_context_limit_keeps_the_last_tokens_of_a_long_conversation() -> None:
+    """The trace's `context_limit` caps every turn's prompt as a workload's session block does:
+    past it the oldest tokens are dropped, so no prompt exceeds it, and a turn the limit cut
+    sends exactly the limit."""
+    limit = 150
+    _, free = sim_rows(jsonl_scenario())
+    plan, rows = sim_rows(
+        scenario({"format": "conversation", "path": str(JSONL), "context_limit": limit})
+    )
+    assert set(plan.sessions["context_limit"].tolist()) == {limit}
+    assert max(r["prompt_tokens"] for r in rows) == limit
+    cut = [r for r, f in zip(rows, free, strict=True) if f["prompt_tokens"] > limit]
+    assert len(cut) > 20 and all(r["prompt_tokens"] == limit for r in cut)
+
+
 # ------------------------------------------------------------------ BurstGPT v2.0
 
 

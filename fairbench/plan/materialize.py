@@ -199,7 +199,10 @@ def _fill(
             out["prefix_group"][rows] = np.where(has, group, -1)
             out["prefix_tokens"][rows] = np.where(has, np.minimum(wl.prefix.tokens, prompt), 0)
     if part.replay is not None:
-        return _trace_sessions(out, part.replay, index)
+        arrival = scn.tenants[index].arrival
+        assert isinstance(arrival, TraceArrival)
+        limit = scn.traces[arrival.trace].context_limit or 0
+        return _trace_sessions(out, part.replay, index, limit)
     if _has_sessions(scn):
         # a trace without conversations is replayed row by row: only synthetic arrivals open
         # sessions of a workload's `session:`
@@ -215,11 +218,12 @@ def _fill(
 
 
 def _trace_sessions(
-    out: dict[str, np.ndarray], rep: SessionReplay, tenant_index: int
+    out: dict[str, np.ndarray], rep: SessionReplay, tenant_index: int, context_limit: int
 ) -> dict[str, np.ndarray]:
     """A tenant's rows from a trace's conversations, with the session columns: one workload a
     conversation (its first turn's pick), the shared prefix (if the workload has one) opening
-    a conversation only, think times and turns as the replay gives them."""
+    a conversation only, think times and turns as the replay gives them, and the trace's
+    `context_limit` (0: none) on every row."""
     inside = rep.session >= 0
     if inside.any():
         codes, back = np.unique(rep.session[inside], return_inverse=True)
@@ -238,7 +242,7 @@ def _trace_sessions(
     )
     out["turn"] = rep.turn.astype(np.int32)
     out["think_ns"] = np.rint(rep.think * 1e9).astype(np.int64)
-    out["context_limit"] = np.zeros(len(rep), dtype=np.int32)
+    out["context_limit"] = np.full(len(rep), context_limit, dtype=np.int32)
     return out
 
 

@@ -316,6 +316,13 @@ class TraceSpec(_Model):
         "default: true for formats conversation and bailian, false otherwise; burstgpt needs "
         "v2.0's Session ID column",
     )
+    context_limit: int | None = Field(
+        None,
+        ge=1,
+        description="with sessions: the most prompt tokens a turn sends; past it the oldest are "
+        "dropped and the last context_limit kept (vLLM's truncate_prompt_tokens), as a "
+        "workload's session.context_limit does",
+    )
     turn_input: Literal["new", "whole"] | None = Field(
         None,
         description="with sessions: a row's input tokens are the turn's new text, or its "
