@@ -395,7 +395,7 @@ async def test_relay_streams_token_by_token_and_keeps_usage() -> None:
             engine.after_first.set()
             seen += await r.content.read()
     assert contents(seen) == [" t0", " t1", " t2", " t3"]
-    usage = [json.loads(e[6:]) for e in seen.split(b"\n\n") if b'"usage"' in e]
+    usage = [json.loads(e) for e in parse_events(seen) if b'"usage"' in e]
     assert usage[-1]["usage"]["completion_tokens"] == 4
     assert seen.rstrip().endswith(b"data: [DONE]")
 
@@ -490,8 +490,7 @@ async def test_failure_after_the_first_byte_is_an_error_to_the_client() -> None:
         status, raw, _ = await post(session, url, chat())
         metrics = await (await session.get(url + "/metrics")).text()
     assert status == 200 and contents(raw) == [" t0"]
-    last = raw.strip().split(b"\n\n")[-1]
-    assert json.loads(last[6:])["error"]["type"] == "server_error"
+    assert json.loads(parse_events(raw)[-1])["error"]["type"] == "server_error"
     assert b"[DONE]" not in raw
     assert other.requests == []  # the client saw bytes: never sent again
     assert 'gateway_upstream_errors_total{kind="mid_stream",upstream="u0"} 1.0' in metrics

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import json
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -36,7 +35,7 @@ from fairbench.workload.scenario import (
 )
 from reference_scheduler.gateway.config import DispatchSpec, UpstreamSpec, parse_gateway_config
 from tests.cli import REPO, run_cli
-from tests.loopback import serve
+from tests.loopback import free_port, serve
 from tests.promtext import samples
 
 UPSTREAM_KEY = "sk-upstream-SECRET-4242"
@@ -74,12 +73,6 @@ def scenario(**target: Any) -> dict[str, Any]:
     data = copy.deepcopy(BASE)
     data["target"] = {"kind": "reference", **target}
     return data
-
-
-def dead_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -327,7 +320,7 @@ def test_refused_gateway_lines_name_the_scenarios_fields() -> None:
 
 
 def test_a_dead_upstream_is_found_before_t0(tmp_path: Path) -> None:
-    port = dead_port()
+    port = free_port()
     data = scenario(upstreams=[{"url": f"http://127.0.0.1:{port}", "engine": "none"}])
     path = tmp_path / "gw.yaml"
     path.write_text(yaml.safe_dump(data))
