@@ -247,3 +247,81 @@ def test_profile_rows_and_lines_are_what_the_command_prints() -> None:
         "3 round(s) of the probe in 42 s (the --budget of 40 s allowed no more)",
         "engine: vllm (GET /version), version 0.9; it said max_num_seqs 16",
     ]
+
+
+def live_doc(kind: str = "vllm", **target: Any) -> dict[str, Any]:
+    """A live scenario of two tenants in two classes, against an engine of `kind`."""
+    return {
+        "name": "live",
+        "workloads": {"w": {"endpoint": "completions", "prompt_tokens": 100, "output_tokens": 10}},
+        "slo_classes": {"interactive": {"ttft": "500ms"}, "batch": {}},
+        "tenants": [
+            {"id": "chat", "slo_class": "interactive", "mix": "w",
+             "arrival": {"process": "poisson", "rate": "2/s"}},
+            {"id": "flood", "slo_class": "batch", "mix": "w",
+             "arrival": {"process": "poisson", "rate": "2/s"}},
+        ],
+        "run": {"duration": "3s", "seed": 1},
+        "target": {"kind": kind, "base_url": "http://127.0.0.1:9", **target},
+    }  # fmt: skip
+
+
+def test_the_twin_of_a_live_scenario_is_computed_without_the_command(tmp_path: Path) -> None:
+    """workload.twin: the engine mode, the priorities SGLang was sent (negated: it runs higher
+    first), the line, and the same-plan check by the digests the caller gives."""
+    from fairbench.workload.loading import parse_scenario
+    from fairbench.workload.twin import TwinRefused, check_twin, twin_document, twin_line
+
+    doc = live_doc("sglang", priority={"by": "tenant", "values": {"chat": 5, "flood": 1}})
+    scn = parse_scenario(doc, "test", tmp_path)
+    data, spec = twin_document(doc, scn, "h100-llama3-8b")
+    assert spec == "h100-llama3-8b" and data["target"] == {"kind": "sim"}
+    assert data["scheduler"] == {"engine": "vllm", "policy": "fcfs", "profile": spec}
+    assert {k: c["priority"] for k, c in data["slo_classes"].items()} == {
+        "interactive": -5,
+        "batch": -1,
+    }
+    assert doc["target"]["kind"] == "sglang"  # the live document is not touched
+    line = twin_line(data["scheduler"], "my.yaml", "sglang")
+    assert line == (
+        "target sim, scheduler {engine: vllm, policy: fcfs, profile: my.yaml} "
+        "(no sglang mode: vLLM's scheduling model)"
+    )
+    sim = parse_scenario(data, "test", tmp_path)
+    check_twin(scn, sim, "--simulate p", lambda s: "same")
+    with pytest.raises(TwinRefused, match=r"^--simulate p: changes the plan \(b"):
+        check_twin(scn, sim, "--simulate p", lambda s: "b" if s is sim else "a")
+    with pytest.raises(TwinRefused, match="must stay sim"):
+        check_twin(scn, scn, "--simulate-set target.kind=vllm", lambda s: "same")
+
+
+@pytest.mark.parametrize(
+    ("target", "says"),
+    [
+        ({"kind": "sim"}, "--simulate: the scenario's target is sim already"),
+        ({"kind": "reference", "faults": {"seed": 1}}, "--simulate: target.faults injects"),
+        (
+            {"kind": "vllm", "base_url": "http://127.0.0.1:9", "extra_body": {"priority": 1}},
+            "--simulate: target.extra_body sends a priority",
+        ),
+    ],
+)
+def test_a_live_scenario_without_a_twin_is_one_line(
+    tmp_path: Path, target: dict[str, Any], says: str
+) -> None:
+    from fairbench.workload.loading import parse_scenario
+    from fairbench.workload.twin import TwinRefused, twin_document
+
+    doc = {**live_doc(), "target": target}
+    scn = parse_scenario(doc, "test", tmp_path)
+    with pytest.raises(TwinRefused) as refused:
+        twin_document(doc, scn, "h100-llama3-8b")
+    assert str(refused.value).startswith(says) and "\n" not in str(refused.value)
+
+
+def test_a_missing_profile_is_refused_naming_simulate(tmp_path: Path) -> None:
+    from fairbench.workload.twin import TwinRefused, profile_spec
+
+    with pytest.raises(TwinRefused, match=r"^--simulate .*nope.yaml: no such profile file"):
+        profile_spec(str(tmp_path / "nope.yaml"))
+    assert profile_spec("h100-llama3-8b") == "h100-llama3-8b"
