@@ -55,44 +55,26 @@ def check_url(url: str, target_url: str) -> None:
 
 
 def probe_design(
-    *,
-    max_model_len: int,
     max_num_seqs: int | None,
     max_num_batched_tokens: int | None,
     kv_cache_tokens: int | None,
-    budget_s: float,
-    max_rounds: int,
-    seed: int,
-    load_requests: int | None,
-    load_prompt: int,
-    load_prompt_to: int | None,
-    load_output: int,
-    idle_reps: int,
+    **fields: Any,
 ) -> tuple[ProbeDesign, set[str]]:
-    """The probe's design from the flags, and which engine limits the user gave (those the
-    engine's self-description must not override); a limit not given starts at its default and
-    is replaced by what the engine says."""
-    flags = {
+    """The probe's design from the flags (`fields` are ProbeDesign's other fields as given),
+    and which engine limits the user gave: those the engine's self-description must not
+    override. A limit not given starts at its default and is replaced by what the engine says."""
+    limits = {
         "max_num_seqs": max_num_seqs,
         "max_num_batched_tokens": max_num_batched_tokens,
         "kv_cache_tokens": kv_cache_tokens,
     }
-    given = {k for k, v in flags.items() if v is not None}
     design = ProbeDesign(
-        max_model_len=max_model_len,
         max_num_seqs=max_num_seqs or 8,
         max_num_batched_tokens=max_num_batched_tokens or 2048,
         kv_cache_tokens=kv_cache_tokens,
-        budget_s=budget_s,
-        max_rounds=max_rounds,
-        seed=seed,
-        load_requests=load_requests,
-        load_prompt=load_prompt,
-        load_prompt_to=load_prompt_to,
-        load_output=load_output,
-        idle_reps=idle_reps,
+        **fields,
     )
-    return design, given
+    return design, {k for k, v in limits.items() if v is not None}
 
 
 def merge(files: list[Path], out_file: Path, name: str | None) -> dict[str, Any]:
