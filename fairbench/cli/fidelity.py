@@ -4,9 +4,9 @@
 `targets.profile.files`); `fidelity` measures how far a simulated run of a plan is from a real
 run of it (fairbench.report.fidelity_outputs: the measurement of decide.fidelity and its
 files); `fairbench run --simulate PROFILE` closes the loop on one live run (its twin scenario
-is cli/simulate.py's). The commands parse flags, call one of those and print. Kept apart from
-`analysis` so the commands of the loop read together. Registered on the app by
-`fairbench.cli.main.main`.
+is workload/twin.py's, its run report/twin.py's). The commands parse flags, call one of those
+and print. Kept apart from `analysis` so the commands of the loop read together. Registered on
+the app by `fairbench.cli.main.main`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 The command checks its flags, calls `pipeline.run_scenario` with a progress bar, writes the
 report (`report.write_run_report`) and prints what `report.terminal` renders. With `--simulate
 PROFILE`, a live run is followed by its simulation: the same plan in virtual time on the
-profile (fairbench.cli.simulate.simulated_scenario says which engine mode and policy), written
+profile (fairbench.workload.twin says which engine mode and policy; cli/simulate.py applies
+--simulate-set), written
 under RUN/sim/ with the fidelity files `fairbench fidelity RUN RUN/sim` writes
 (`report.twin.simulate_and_compare`). Imports `cli.inputs`, `cli.simulate` and, lazily, the
 library it calls.
