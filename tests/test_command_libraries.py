@@ -94,6 +94,30 @@ def test_the_front_marks_the_non_dominated_runs() -> None:
     assert on.tolist() == [True, False, True]  # the second is worse on both
 
 
+def test_the_front_table_marks_what_the_front_marks() -> None:
+    """`sweep` and `pareto`'s table (report.terminal), built without the command: a row per
+    run with its objectives, on the front or dominated."""
+    from fairbench.report.terminal import front_table
+
+    def summary(goodput: float, ttft: float) -> dict[str, Any]:
+        return {
+            "metrics": {"overall": {"goodput": {"value": goodput}, "ttft_p99": {"value": ttft}}}
+        }
+
+    names, senses = parse_objectives(DEFAULT_OBJECTIVES[:2])
+    runs = [summary(10, 1), summary(5, 2)]
+    table = front_table("front", ["a", "b"], runs, names, senses)
+    assert [c.header for c in table.columns] == [
+        "point",
+        "goodput (max)",
+        "ttft_p99 (min)",
+        "front",
+    ]
+    assert list(table.columns[-1].cells) == ["yes", "dominated"]
+    one = front_table("best", ["a", "b"], runs, names[:1], senses[:1])
+    assert list(one.columns[-1].cells) == ["yes", "-"]
+
+
 def test_a_sweep_label_names_its_parameters_and_a_varied_seed() -> None:
     rows = [{"params": {"p": "fifo", "w": 2}, "seed": None}, {"params": {"p": "vtc"}, "seed": 3}]
     assert point_labels(rows) == ["p=fifo w=2", "p=vtc seed=3"]

@@ -1,19 +1,27 @@
-"""What `fairbench run` prints after a run: the per-group latency table and the verdict lines
-(VALID or INVALID, generator health, warnings, accounting, completion, fairness).
+"""The tables the commands print: after `fairbench run`, the per-group latency table and the
+verdict lines (VALID or INVALID, generator health, warnings, accounting, completion, fairness);
+the A/B verdict table of `compare` and `ab`; the objectives and front of `sweep` and `pareto`.
 
-It exists so that the command line only prints: the terminal rendering of a summary lives with
+It exists so that the command line only prints: the terminal rendering of a result lives with
 the other renderings of it (`headline` for the intervals table, `markdown` for summary.md), and
-can be called and tested without typer. The golden outputs (tests/golden/run-*.txt) hold these
-lines byte for byte. Imports this package's `markdown` (the window note, the fairness line).
+can be called and tested without typer. The golden outputs (tests/golden/run-*.txt) hold the
+run's lines byte for byte. Imports `analysis.registry` (how a figure is shown),
+`decide.objectives` (the front) and this package's `markdown`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
+from fairbench.analysis import registry
+from fairbench.decide.objectives import front
 from fairbench.report.markdown import fairness_line, window_note
+
+if TYPE_CHECKING:
+    from fairbench.decide.compare import Comparison
 
 
 def _ms(value: float | None) -> str:
@@ -98,3 +106,63 @@ def verdict_lines(summary: dict[str, Any]) -> list[str]:
         lines.append(f"unfinished: {comp['line']}")
     lines.append(fairness_line(summary).rstrip("."))
     return lines
+
+
+def verdict_table(comparison: Comparison, title: str, level: float, caption: str) -> Table:
+    """A row per metric and group: A, B (≥ for a lower bound; the runs' spread with 2+ pairs),
+    the change, its interval, the practical threshold the verdict used, and the verdict."""
+    table = Table(title=title, caption=caption, title_justify="left")
+    cols = ("metric", "A", "B", "change", f"{level * 100:g}% CI", "threshold", "p", "verdict")
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("metric", "verdict") else "right")
+    colour = {"better": "green", "worse": "red", "cannot evaluate": "yellow"}
+    for v in comparison.verdicts:
+        metric = registry.of_name(v.metric)
+
+        def arm(x: float, bound: bool, runs: list[float], v: Any = v) -> str:
+            text = registry.show(v.unit, x, bound)
+            finite = [r for r in runs if r is not None and math.isfinite(r)]
+            if len(finite) > 1:
+                text += (
+                    f" ({registry.show(v.unit, min(finite))}–{registry.show(v.unit, max(finite))})"
+                )
+            return text
+
+        change = lambda x, m=metric: registry.show_change(m, x)  # noqa: E731
+        ci = "-" if math.isnan(v.ci_low) else f"[{change(v.ci_low)}, {change(v.ci_high)}]"
+        word = f"[{colour.get(v.verdict, 'white')}]{v.verdict}[/]"
+        if v.reason and v.verdict not in ("better", "worse"):
+            word += f" [dim]({v.reason})[/]"
+        table.add_row(
+            v.metric,
+            arm(v.a, v.a_bound, v.a_runs),
+            arm(v.b, v.b_bound, v.b_runs),
+            change(v.diff),
+            ci,
+            "±" + change(v.threshold).lstrip("+"),
+            "-" if math.isnan(v.p_value) else f"{v.p_value:.3f}",
+            word,
+        )
+    return table
+
+
+def front_table(
+    title: str,
+    labels: list[str],
+    summaries: list[dict[str, Any]],
+    names: list[str],
+    senses: list[str],
+) -> Table:
+    """A row per run: its objectives, and whether it is on the front (or the best, with one)."""
+    values, on_front = front(summaries, names, senses)
+    table = Table(title=title, title_justify="left")
+    table.add_column("point")
+    for name, sense in zip(names, senses, strict=True):
+        table.add_column(f"{name} ({sense})", justify="right")
+    one = len(names) == 1
+    table.add_column("best" if one else "front")
+    for label, row, on in zip(labels, values, on_front, strict=True):
+        style = "bold" if on else "dim"
+        mark = ("yes" if on else "-") if one else ("yes" if on else "dominated")
+        table.add_row(label, *(f"{v:.4g}" for v in row), mark, style=style)
+    return table
