@@ -6,7 +6,9 @@ needs the main thread for its signal handlers) or that call it synchronously. Wi
 `reference=True` the app is started as the reference server starts itself
 (reference_scheduler.server.http.start_app: a client that disconnects cancels its handler), for
 `build_app(config)` of the reference server. `free_port()` is a port nothing listens on, for a
-refused connection or a server started in a subprocess. `execute(plan, target, journal)` is the
+refused connection or a server started in a subprocess; `reference_process(command, config)`
+is `python -m reference_scheduler serve|gateway CONFIG` in a subprocess on a free port, for
+the tests of the command itself. `execute(plan, target, journal)` is the
 run helper: open the target, run the executor, close everything, return the journal's records.
 """
 
@@ -14,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -27,6 +31,7 @@ from fairbench.run.executor import ExecOptions, Executor
 from fairbench.run.records import JournalWriter, read_journal
 from fairbench.targets.base import Target
 from reference_scheduler.server.http import start_app
+from tests.cli import REPO
 
 
 def free_port() -> int:
@@ -71,6 +76,26 @@ def serve_in_thread(app: web.Application, reference: bool = False) -> Iterator[s
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=10)
         loop.close()
+
+
+@contextmanager
+def reference_process(command: str, config: Path) -> Iterator[str]:
+    """`python -m reference_scheduler COMMAND CONFIG --port 0` (serve or gateway) while the
+    block runs: its base URL, as the first line it prints says; terminated at the end."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "reference_scheduler", command, str(config), "--port", "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip().removeprefix("listening on ")
+        assert url.startswith("http://127.0.0.1:"), url
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 async def execute(

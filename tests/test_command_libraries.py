@@ -30,7 +30,7 @@ from fairbench.decide.objectives import (
     point_labels,
 )
 from fairbench.report.documents import started_at, what_changed
-from tests.conftest import make_scenario
+from tests.conftest import live_doc, make_scenario
 
 
 def test_arms_that_plan_different_requests_are_refused_naming_both_flags() -> None:
@@ -271,23 +271,6 @@ def test_profile_rows_and_lines_are_what_the_command_prints() -> None:
         "3 round(s) of the probe in 42 s (the --budget of 40 s allowed no more)",
         "engine: vllm (GET /version), version 0.9; it said max_num_seqs 16",
     ]
-
-
-def live_doc(kind: str = "vllm", **target: Any) -> dict[str, Any]:
-    """A live scenario of two tenants in two classes, against an engine of `kind`."""
-    return {
-        "name": "live",
-        "workloads": {"w": {"endpoint": "completions", "prompt_tokens": 100, "output_tokens": 10}},
-        "slo_classes": {"interactive": {"ttft": "500ms"}, "batch": {}},
-        "tenants": [
-            {"id": "chat", "slo_class": "interactive", "mix": "w",
-             "arrival": {"process": "poisson", "rate": "2/s"}},
-            {"id": "flood", "slo_class": "batch", "mix": "w",
-             "arrival": {"process": "poisson", "rate": "2/s"}},
-        ],
-        "run": {"duration": "3s", "seed": 1},
-        "target": {"kind": kind, "base_url": "http://127.0.0.1:9", **target},
-    }  # fmt: skip
 
 
 def test_the_twin_of_a_live_scenario_is_computed_without_the_command(tmp_path: Path) -> None:

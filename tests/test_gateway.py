@@ -31,7 +31,7 @@ from reference_scheduler.gateway.dispatcher import Dispatcher
 from reference_scheduler.gateway.pool import Pool
 from reference_scheduler.gateway.relay import Events
 from reference_scheduler.scheduler.config import SchedulerConfigError, parse_scheduler_config
-from tests.loopback import serve
+from tests.loopback import reference_process, serve
 
 REPO = Path(__file__).resolve().parents[1]
 UPSTREAM_KEY = "sk-upstream-SECRET-0123456789"
@@ -650,23 +650,11 @@ def test_the_gateway_command_serves(tmp_path: Path) -> None:
     path.write_text(
         json.dumps({"model": "m", "upstreams": [{"url": "http://127.0.0.1:9", "engine": "none"}]})
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "reference_scheduler", "gateway", str(path), "--port", "0"],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-    )
-    try:
-        assert proc.stdout is not None
-        url = proc.stdout.readline().strip().removeprefix("listening on ")
-        assert url.startswith("http://127.0.0.1:")
+    with reference_process("gateway", path) as url:
         with urllib.request.urlopen(url + "/health", timeout=30) as resp:
             assert resp.status == 200
         with urllib.request.urlopen(url + "/metrics", timeout=30) as resp:
             assert b'gateway_upstream_healthy{upstream="u0"} 1.0' in resp.read()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 async def test_an_upstream_whose_metrics_fail_counts_as_saturated(

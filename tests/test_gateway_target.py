@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,8 +32,8 @@ from fairbench.workload.scenario import (
     parse_scenario,
 )
 from reference_scheduler.gateway.config import DispatchSpec, UpstreamSpec, parse_gateway_config
-from tests.cli import REPO, run_cli
-from tests.loopback import free_port, serve
+from tests.cli import run_cli
+from tests.loopback import free_port, reference_process, serve
 from tests.promtext import samples
 
 UPSTREAM_KEY = "sk-upstream-SECRET-4242"
@@ -88,20 +86,8 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             }
         )
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "reference_scheduler", "serve", str(path), "--port", "0"],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-    )
-    try:
-        assert proc.stdout is not None
-        url = proc.stdout.readline().strip().removeprefix("listening on ")
-        assert url.startswith("http://127.0.0.1:"), url
+    with reference_process("serve", path) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def served(url: str) -> float:
