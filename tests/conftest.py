@@ -40,6 +40,23 @@ def make_scenario(
     )
 
 
+def live_doc(kind: str = "vllm", **target: Any) -> dict[str, Any]:
+    """A live scenario of two tenants in two classes, against an engine of `kind`."""
+    return {
+        "name": "live",
+        "workloads": {"w": {"endpoint": "completions", "prompt_tokens": 100, "output_tokens": 10}},
+        "slo_classes": {"interactive": {"ttft": "500ms"}, "batch": {}},
+        "tenants": [
+            {"id": "chat", "slo_class": "interactive", "mix": "w",
+             "arrival": {"process": "poisson", "rate": "2/s"}},
+            {"id": "flood", "slo_class": "batch", "mix": "w",
+             "arrival": {"process": "poisson", "rate": "2/s"}},
+        ],
+        "run": {"duration": "3s", "seed": 1},
+        "target": {"kind": kind, "base_url": "http://127.0.0.1:9", **target},
+    }  # fmt: skip
+
+
 def make_plan(**kwargs: Any) -> Plan:
     return materialize(make_scenario(**kwargs))
 

@@ -2,13 +2,22 @@
 
 `serve(app)` runs an aiohttp app on 127.0.0.1 (a free port) inside the test's event loop;
 `serve_in_thread(app)` runs it on a loop of its own, for tests that call `run_scenario` (which
-needs the main thread for its signal handlers). `execute(plan, target, journal)` is the run
-helper: open the target, run the executor, close everything, return the journal's records.
+needs the main thread for its signal handlers) or that call it synchronously. With
+`reference=True` the app is started as the reference server starts itself
+(reference_scheduler.server.http.start_app: a client that disconnects cancels its handler), for
+`build_app(config)` of the reference server. `free_port()` is a port nothing listens on, for a
+refused connection or a server started in a subprocess; `reference_process(command, config)`
+is `python -m reference_scheduler serve|gateway CONFIG` in a subprocess on a free port, for
+the tests of the command itself. `execute(plan, target, journal)` is the
+run helper: open the target, run the executor, close everything, return the journal's records.
 """
 
 from __future__ import annotations
 
 import asyncio
+import socket
+import subprocess
+import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -21,9 +30,20 @@ from fairbench.plan import Plan
 from fairbench.run.executor import ExecOptions, Executor
 from fairbench.run.records import JournalWriter, read_journal
 from fairbench.targets.base import Target
+from reference_scheduler.server.http import start_app
+from tests.cli import REPO
 
 
-async def _start(app: web.Application) -> tuple[web.AppRunner, str]:
+def free_port() -> int:
+    """A port nothing listens on: bound (so the kernel picked a free one), then closed."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def _start(app: web.Application, reference: bool = False) -> tuple[web.AppRunner, str]:
+    if reference:
+        return await start_app(app, "127.0.0.1", 0)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -33,9 +53,9 @@ async def _start(app: web.Application) -> tuple[web.AppRunner, str]:
 
 
 @asynccontextmanager
-async def serve(app: web.Application) -> AsyncIterator[str]:
+async def serve(app: web.Application, reference: bool = False) -> AsyncIterator[str]:
     """The app's base URL while the block runs, on the current event loop."""
-    runner, url = await _start(app)
+    runner, url = await _start(app, reference)
     try:
         yield url
     finally:
@@ -43,10 +63,10 @@ async def serve(app: web.Application) -> AsyncIterator[str]:
 
 
 @contextmanager
-def serve_in_thread(app: web.Application) -> Iterator[str]:
+def serve_in_thread(app: web.Application, reference: bool = False) -> Iterator[str]:
     """The app's base URL while the block runs, served from a thread with its own loop."""
     loop = asyncio.new_event_loop()
-    runner, url = loop.run_until_complete(_start(app))
+    runner, url = loop.run_until_complete(_start(app, reference))
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     try:
@@ -56,6 +76,26 @@ def serve_in_thread(app: web.Application) -> Iterator[str]:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=10)
         loop.close()
+
+
+@contextmanager
+def reference_process(command: str, config: Path) -> Iterator[str]:
+    """`python -m reference_scheduler COMMAND CONFIG --port 0` (serve or gateway) while the
+    block runs: its base URL, as the first line it prints says; terminated at the end."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "reference_scheduler", command, str(config), "--port", "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip().removeprefix("listening on ")
+        assert url.startswith("http://127.0.0.1:"), url
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 async def execute(

@@ -245,12 +245,12 @@ def test_the_server_degrades_and_counts_over_http() -> None:
     read at each step's start), the ladder degrades the request that arrives next to one output
     token, and /metrics counts the action."""
     import asyncio
-    import socket
 
     import aiohttp
 
-    from reference_scheduler.server.app import serve
+    from reference_scheduler.server.app import build_app
     from reference_scheduler.server.config import parse_server_config
+    from tests.loopback import serve
 
     config = parse_server_config(
         {
@@ -270,31 +270,24 @@ def test_the_server_degrades_and_counts_over_http() -> None:
             },
         }
     )
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    url = f"http://127.0.0.1:{port}"
 
     async def go() -> tuple[list[int], str]:
-        server = asyncio.create_task(serve(config, "127.0.0.1", port))
-        await asyncio.sleep(0.3)
-        try:
-            async with aiohttp.ClientSession() as session:
+        async with (
+            serve(build_app(config), reference=True) as url,
+            aiohttp.ClientSession() as session,
+        ):
 
-                async def one(delay: float) -> int:
-                    await asyncio.sleep(delay)
-                    body = {"prompt": "ka ke", "max_tokens": 3}
-                    async with session.post(url + "/v1/completions", json=body) as r:
-                        assert r.status == 200
-                        return (await r.json())["usage"]["completion_tokens"]
+            async def one(delay: float) -> int:
+                await asyncio.sleep(delay)
+                body = {"prompt": "ka ke", "max_tokens": 3}
+                async with session.post(url + "/v1/completions", json=body) as r:
+                    assert r.status == 200
+                    return (await r.json())["usage"]["completion_tokens"]
 
-                tokens = await asyncio.gather(one(0), one(0.02), one(0.04), one(0.8))
-                async with session.get(url + "/metrics") as r:
-                    metrics = await r.text()
-            return list(tokens), metrics
-        finally:
-            server.cancel()
-            await asyncio.gather(server, return_exceptions=True)
+            tokens = await asyncio.gather(one(0), one(0.02), one(0.04), one(0.8))
+            async with session.get(url + "/metrics") as r:
+                metrics = await r.text()
+        return list(tokens), metrics
 
     tokens, metrics = asyncio.run(go())
     assert tokens == [3, 3, 3, 1]

@@ -128,6 +128,22 @@ def test_noise_floor_judges_each_error(runs: dict[str, Path]) -> None:
         assert r.judged() == expected
 
 
+def test_the_terminal_table_is_the_pages_rows_with_judgements_coloured(
+    runs: dict[str, Path],
+) -> None:
+    """`fairbench fidelity`'s table, built without the command: a row per figure and group, the
+    page's cells, and each judgement in its colour."""
+    from fairbench.report.fidelity import fidelity_table, head, intro
+
+    fid = fidelity(runs["base"], runs["slow"], noise_dir=runs["again"])
+    table = fidelity_table(fid)
+    assert [c.header for c in table.columns] == ["group", *head(fid)]
+    assert table.row_count == len(fid.rows) and table.caption == intro(fid)
+    judged = list(table.columns[-1].cells)
+    assert "[red]beyond noise[/]" in judged
+    assert all(c.startswith(("[green]", "[red]", "[white]")) for c in judged)
+
+
 def test_different_plans_are_refused(runs: dict[str, Path]) -> None:
     with pytest.raises(FidelityRefused, match="plan_digest differs"):
         fidelity(runs["base"], runs["other-plan"])

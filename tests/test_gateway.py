@@ -31,7 +31,7 @@ from reference_scheduler.gateway.dispatcher import Dispatcher
 from reference_scheduler.gateway.pool import Pool
 from reference_scheduler.gateway.relay import Events
 from reference_scheduler.scheduler.config import SchedulerConfigError, parse_scheduler_config
-from tests.loopback import serve
+from tests.loopback import reference_process, serve
 
 REPO = Path(__file__).resolve().parents[1]
 UPSTREAM_KEY = "sk-upstream-SECRET-0123456789"
@@ -395,7 +395,7 @@ async def test_relay_streams_token_by_token_and_keeps_usage() -> None:
             engine.after_first.set()
             seen += await r.content.read()
     assert contents(seen) == [" t0", " t1", " t2", " t3"]
-    usage = [json.loads(e[6:]) for e in seen.split(b"\n\n") if b'"usage"' in e]
+    usage = [json.loads(e) for e in parse_events(seen) if b'"usage"' in e]
     assert usage[-1]["usage"]["completion_tokens"] == 4
     assert seen.rstrip().endswith(b"data: [DONE]")
 
@@ -490,8 +490,7 @@ async def test_failure_after_the_first_byte_is_an_error_to_the_client() -> None:
         status, raw, _ = await post(session, url, chat())
         metrics = await (await session.get(url + "/metrics")).text()
     assert status == 200 and contents(raw) == [" t0"]
-    last = raw.strip().split(b"\n\n")[-1]
-    assert json.loads(last[6:])["error"]["type"] == "server_error"
+    assert json.loads(parse_events(raw)[-1])["error"]["type"] == "server_error"
     assert b"[DONE]" not in raw
     assert other.requests == []  # the client saw bytes: never sent again
     assert 'gateway_upstream_errors_total{kind="mid_stream",upstream="u0"} 1.0' in metrics
@@ -651,23 +650,11 @@ def test_the_gateway_command_serves(tmp_path: Path) -> None:
     path.write_text(
         json.dumps({"model": "m", "upstreams": [{"url": "http://127.0.0.1:9", "engine": "none"}]})
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "reference_scheduler", "gateway", str(path), "--port", "0"],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-    )
-    try:
-        assert proc.stdout is not None
-        url = proc.stdout.readline().strip().removeprefix("listening on ")
-        assert url.startswith("http://127.0.0.1:")
+    with reference_process("gateway", path) as url:
         with urllib.request.urlopen(url + "/health", timeout=30) as resp:
             assert resp.status == 200
         with urllib.request.urlopen(url + "/metrics", timeout=30) as resp:
             assert b'gateway_upstream_healthy{upstream="u0"} 1.0' in resp.read()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 async def test_an_upstream_whose_metrics_fail_counts_as_saturated(

@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import copy
 import json
-import socket
-import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,8 +32,8 @@ from fairbench.workload.scenario import (
     parse_scenario,
 )
 from reference_scheduler.gateway.config import DispatchSpec, UpstreamSpec, parse_gateway_config
-from tests.cli import REPO, run_cli
-from tests.loopback import serve
+from tests.cli import run_cli
+from tests.loopback import free_port, reference_process, serve
 from tests.promtext import samples
 
 UPSTREAM_KEY = "sk-upstream-SECRET-4242"
@@ -76,12 +73,6 @@ def scenario(**target: Any) -> dict[str, Any]:
     return data
 
 
-def dead_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The reference server as the engine behind the gateway: it accepts only UPSTREAM_KEY."""
@@ -95,20 +86,8 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             }
         )
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "reference_scheduler", "serve", str(path), "--port", "0"],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-    )
-    try:
-        assert proc.stdout is not None
-        url = proc.stdout.readline().strip().removeprefix("listening on ")
-        assert url.startswith("http://127.0.0.1:"), url
+    with reference_process("serve", path) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def served(url: str) -> float:
@@ -327,7 +306,7 @@ def test_refused_gateway_lines_name_the_scenarios_fields() -> None:
 
 
 def test_a_dead_upstream_is_found_before_t0(tmp_path: Path) -> None:
-    port = dead_port()
+    port = free_port()
     data = scenario(upstreams=[{"url": f"http://127.0.0.1:{port}", "engine": "none"}])
     path = tmp_path / "gw.yaml"
     path.write_text(yaml.safe_dump(data))

@@ -6,15 +6,18 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from reference_scheduler.server.app import build_app
 from reference_scheduler.server.config import parse_server_config
 from reference_scheduler.server.openapi import OPENAPI
-from tests.test_server import free_port
+from tests.loopback import serve_in_thread
 
 SCHEMAS = OPENAPI["components"]["schemas"]
 POSTS = {
@@ -99,53 +102,23 @@ request = st.one_of(
 )
 
 
-class Server:
-    """The reference server in its own thread's event loop, for the whole module."""
-
-    def __init__(self) -> None:
-        import threading
-
-        from reference_scheduler.server.app import serve
-
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = parse_server_config(
-            {
-                "model": "ref",
-                "scheduler": {
-                    "policy": "vtc",
-                    "profile": {
-                        "constant_step_ms": 1.0,
-                        "kv_cache_tokens": 50_000,
-                        "max_num_seqs": 16,
-                    },
-                },
-                "tenants": [{"id": "t1", "api_key": "k1"}],
-                "max_tokens_limit": 64,
-            }
-        )
-        ready = threading.Event()
-        self.loop = asyncio.new_event_loop()
-
-        def run() -> None:
-            asyncio.set_event_loop(self.loop)
-            self.loop.run_until_complete(
-                serve(config, "127.0.0.1", self.port, lambda _: ready.set())
-            )
-
-        threading.Thread(target=run, daemon=True).start()
-        assert ready.wait(10)
-
-
-SERVER: Server | None = None
+CONFIG = {
+    "model": "ref",
+    "scheduler": {
+        "policy": "vtc",
+        "profile": {"constant_step_ms": 1.0, "kv_cache_tokens": 50_000, "max_num_seqs": 16},
+    },
+    "tenants": [{"id": "t1", "api_key": "k1"}],
+    "max_tokens_limit": 64,
+}
 SEEN: Counter[int] = Counter()  # statuses the fuzz produced: it must reach both sides
 
 
-def server() -> Server:
-    global SERVER
-    if SERVER is None:
-        SERVER = Server()
-    return SERVER
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    """The reference server in its own thread's event loop, for the whole module."""
+    with serve_in_thread(build_app(parse_server_config(CONFIG)), reference=True) as url:
+        yield url
 
 
 async def send(url: str, path: str, body: str, auth: str) -> tuple[int, str]:
@@ -179,9 +152,9 @@ def with_accepted(test: Any) -> Any:
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(req=request)
 @with_accepted
-def test_generated_requests_never_5xx(req: tuple[str, str, str]) -> None:
+def test_generated_requests_never_5xx(server: str, req: tuple[str, str, str]) -> None:
     path, body, auth = req
-    status, text = asyncio.run(send(server().url, path, body, auth))
+    status, text = asyncio.run(send(server, path, body, auth))
     SEEN[status] += 1
     assert status < 500, (status, path, body[:200], text[:200])
     if status >= 400:
@@ -189,9 +162,9 @@ def test_generated_requests_never_5xx(req: tuple[str, str, str]) -> None:
         assert {"message", "type", "param", "code"} <= set(error)
 
 
-def test_the_server_still_serves_well_behaved_tenants() -> None:
+def test_the_server_still_serves_well_behaved_tenants(server: str) -> None:
     body = json.dumps({"model": "ref", "prompt": "a b c", "max_tokens": 3})
-    status, text = asyncio.run(send(server().url, "/v1/completions", body, "Bearer k1"))
+    status, text = asyncio.run(send(server, "/v1/completions", body, "Bearer k1"))
     assert status == 200 and json.loads(text)["usage"]["completion_tokens"] == 3
     if SEEN:  # after the fuzz (same module): it exercised accepted and refused requests alike
         assert {200, 400, 401} <= set(SEEN), SEEN

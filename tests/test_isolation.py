@@ -14,7 +14,7 @@ import pandas as pd
 import yaml
 
 from tests.cli import REPO, start_cli
-from tests.test_server import free_port
+from tests.loopback import free_port
 
 
 def fairbench(*args: str) -> subprocess.Popen[str]:

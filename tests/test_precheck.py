@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from fairbench.workload.checks import target_url
 from fairbench.workload.errors import ScenarioError
 from fairbench.workload.loading import parse_scenario
 from tests.cli import run_cli
-from tests.loopback import serve
+from tests.loopback import free_port, serve
 
 BASE: dict[str, Any] = {
     "workloads": {"chat": {"prompt_tokens": 20, "output_tokens": 4}},
@@ -36,13 +35,6 @@ def scenario_data(**target: Any) -> dict[str, Any]:
     data = copy.deepcopy(BASE)
     data["target"] = target
     return data
-
-
-def dead_port() -> int:
-    """A port nothing listens on: bound (so the kernel picked a free one), then closed."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def models_app(status: int, seen: list[dict[str, str]] | None = None) -> web.Application:
@@ -69,7 +61,7 @@ def one_line(error: pytest.ExceptionInfo[ScenarioError]) -> str:
 
 
 async def test_a_dead_port_is_connection_refused() -> None:
-    url = f"http://127.0.0.1:{dead_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(TargetUnreachable) as error:
         await check_reachable(url)
     line = one_line(error)
@@ -138,7 +130,7 @@ async def test_sim_and_a_started_reference_server_are_not_probed() -> None:
 
 
 async def test_a_reference_target_at_a_given_url_is_probed() -> None:
-    url = f"http://127.0.0.1:{dead_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(TargetUnreachable) as error:
         await precheck(parse_scenario(scenario_data(kind="reference")), url)
     assert one_line(error).startswith(f"--target-url {url}: connection refused")
@@ -201,7 +193,7 @@ def write(tmp_path: Path, **target: Any) -> Path:
 
 
 def test_run_against_a_dead_port_fails_before_t0(tmp_path: Path) -> None:
-    url = f"http://127.0.0.1:{dead_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     out = tmp_path / "run"
     path = write(tmp_path, kind="vllm", base_url=url)
     result = run_cli("run", str(path), "--out", str(out), "--quiet")
@@ -224,7 +216,7 @@ def test_run_without_any_url_is_one_line(tmp_path: Path) -> None:
 
 def test_target_url_still_overrides_a_scenario_without_base_url(tmp_path: Path) -> None:
     """The URL on the command line is the one checked (here: a dead one)."""
-    url = f"http://127.0.0.1:{dead_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     path = write(tmp_path, kind="openai")
     out = tmp_path / "run"
     result = run_cli("run", str(path), "--target-url", url, "--out", str(out), "--quiet")

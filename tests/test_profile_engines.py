@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ import pytest
 import yaml
 from aiohttp import web
 
+from fairbench.targets.http.sse import SSEParser
 from fairbench.targets.profile import (
     EngineInfo,
     ProbeDesign,
@@ -113,6 +114,17 @@ def sglang_server() -> web.Application:
     return app
 
 
+async def upstream_events(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
+    """The data payloads of the upstream's stream up to `[DONE]`, read as they arrive by
+    fairbench's one SSE reader (targets/http/sse.py)."""
+    parser = SSEParser()
+    async for piece in content.iter_any():
+        for data in parser.feed(piece):
+            if data == b"[DONE]":
+                return
+            yield data
+
+
 def tgi_front(upstream: str, bodies: list[dict[str, Any]]) -> web.Application:
     """TGI's routes; completions are the reference server's, re-shaped as TGI streams them.
     Each body the probe sends is kept in `bodies`."""
@@ -134,13 +146,7 @@ def tgi_front(upstream: str, bodies: list[dict[str, Any]]) -> web.Application:
         async with session.post(f"{upstream}/v1/completions", json=ask) as up:
             await response.prepare(request)
             last: dict[str, Any] | None = None
-            async for raw in up.content:
-                line = raw.strip()
-                if not line.startswith(b"data:"):
-                    continue
-                data = line[5:].strip()
-                if data == b"[DONE]":
-                    break
+            async for data in upstream_events(up.content):
                 chunk = json.loads(data)
                 event = {"object": "text_completion", "id": "", "created": int(time.time()),
                          "model": "ref", "system_fingerprint": "2.2.0-native"}  # fmt: skip

@@ -26,8 +26,7 @@ from reference_scheduler.core.costmodel import load_profile
 from reference_scheduler.server.app import build_app
 from reference_scheduler.server.config import parse_server_config
 from tests.cli import REPO, run_cli
-from tests.engines.vllm_server import free_port
-from tests.loopback import serve, serve_in_thread
+from tests.loopback import free_port, serve, serve_in_thread
 
 # Large enough that a few ms of loop lateness are small against every term: prefill of 2,000
 # tokens is 508 ms, a decode step of 8 sequences at 1,000 tokens each 68 ms.

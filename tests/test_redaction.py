@@ -9,7 +9,6 @@ made, and every file it leaves is searched, Parquet contents included.
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ import yaml
 from fairbench.pipeline import run_scenario
 from fairbench.run.rundir import REDACTED, RunOptions, redacted
 from fairbench.workload.loading import parse_scenario
+from tests.loopback import free_port
 
 SECRETS = {
     "target.api_key": "sk-target-0001",
@@ -35,15 +35,9 @@ SECRETS = {
 }
 
 
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def secret_scenario() -> dict[str, Any]:
     s = SECRETS
-    port = closed_port()
+    port = free_port()
     return {
         "name": "secrets",
         "workloads": {"w": {"endpoint": "chat", "prompt_tokens": 8, "output_tokens": 2}},

@@ -8,7 +8,6 @@ summary.json's `warnings`.
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ from fairbench.pipeline import run_scenario
 from fairbench.run.rundir import RunOptions
 from fairbench.run.scrape import ScraperProcess, scrape_report
 from fairbench.workload.loading import parse_scenario
-from tests.loopback import serve_in_thread
+from tests.loopback import free_port, serve_in_thread
 
 
 def tiny(metrics_url: str) -> dict:
@@ -33,12 +32,6 @@ def tiny(metrics_url: str) -> dict:
             "profile": {"constant_step_ms": 1.0, "kv_cache_tokens": 10000},
         },
     }
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]  # closed again when the block ends: connecting is refused
 
 
 def failing_app() -> web.Application:
@@ -61,7 +54,7 @@ def test_failed_scrapes_are_warnings_on_the_run(tmp_path: Path, how: str) -> Non
             )
         expected = "HTTP 500"
     else:
-        url = f"http://127.0.0.1:{closed_port()}/metrics"
+        url = f"http://127.0.0.1:{free_port()}/metrics"
         outcome = run_scenario(
             parse_scenario(tiny(url)), RunOptions(out=out, workers=1, progress=False)
         )
@@ -79,7 +72,7 @@ def test_failed_scrapes_are_warnings_on_the_run(tmp_path: Path, how: str) -> Non
 
 
 def test_a_scraper_not_ready_in_time_says_so(tmp_path: Path) -> None:
-    url = f"http://127.0.0.1:{closed_port()}/metrics"
+    url = f"http://127.0.0.1:{free_port()}/metrics"
     scraper = ScraperProcess(url, tmp_path / "server_metrics.parquet", 0.05, ready_timeout_s=0)
     assert not scraper.wait_ready()  # a spawned interpreter cannot be up at once
     scraper.start(1)

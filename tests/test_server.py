@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -15,8 +14,9 @@ import openai
 import pytest
 
 from fairbench.targets.http.sse import parse_events
-from reference_scheduler.server.app import serve
+from reference_scheduler.server.app import build_app, serve
 from reference_scheduler.server.config import parse_server_config
+from tests import loopback
 
 KEYS = {"sk-alice": "alice", "sk-bob": "bob"}
 CONFIG = {
@@ -34,33 +34,10 @@ CONFIG = {
 }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    ready = threading.Event()
-    loop = asyncio.new_event_loop()
-    config = parse_server_config(CONFIG)
-
-    def run() -> None:
-        asyncio.set_event_loop(loop)
-        task = loop.create_task(serve(config, "127.0.0.1", port, lambda _: ready.set()))
-        with contextlib.suppress(asyncio.CancelledError):
-            loop.run_until_complete(task)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    assert ready.wait(10)
-    yield url
-    for task in asyncio.all_tasks(loop):
-        loop.call_soon_threadsafe(task.cancel)
-    thread.join(5)
+    with loopback.serve_in_thread(build_app(parse_server_config(CONFIG)), reference=True) as url:
+        yield url
 
 
 def client(url: str, key: str = "sk-alice") -> openai.OpenAI:
@@ -252,28 +229,23 @@ def test_admission_refusal_is_503_with_retry_after_over_http() -> None:
             },
         }
     )
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
 
     async def go() -> tuple[list[tuple[int, dict[str, Any], str | None]], str]:
-        server = asyncio.create_task(serve(config, "127.0.0.1", port))
-        await asyncio.sleep(0.3)
-        try:
-            async with aiohttp.ClientSession() as s:
+        async with (
+            loopback.serve(build_app(config), reference=True) as url,
+            aiohttp.ClientSession() as s,
+        ):
 
-                async def one(delay: float) -> tuple[int, dict[str, Any], str | None]:
-                    await asyncio.sleep(delay)
-                    body = {"prompt": "ka ke", "max_tokens": 3}
-                    async with s.post(url + "/v1/completions", json=body) as r:
-                        return r.status, await r.json(), r.headers.get("Retry-After")
+            async def one(delay: float) -> tuple[int, dict[str, Any], str | None]:
+                await asyncio.sleep(delay)
+                body = {"prompt": "ka ke", "max_tokens": 3}
+                async with s.post(url + "/v1/completions", json=body) as r:
+                    return r.status, await r.json(), r.headers.get("Retry-After")
 
-                results = await asyncio.gather(one(0), one(0.05), one(0.1))
-                async with s.get(url + "/metrics") as r:
-                    metrics = await r.text()
-            return results, metrics
-        finally:
-            server.cancel()
-            await asyncio.gather(server, return_exceptions=True)
+            results = await asyncio.gather(one(0), one(0.05), one(0.1))
+            async with s.get(url + "/metrics") as r:
+                metrics = await r.text()
+        return results, metrics
 
     results, metrics = asyncio.run(go())
     statuses = [r[0] for r in results]

@@ -9,11 +9,11 @@ server would admit and prefill work nobody waits for, and sim and live would div
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 
-from reference_scheduler.server.app import serve
+from reference_scheduler.server.app import build_app
 from reference_scheduler.server.config import parse_server_config
+from tests.loopback import serve
 from tests.promtext import sample_sum
 
 CONFIG = {
@@ -53,41 +53,38 @@ async def gauge(port: int, name: str) -> float:
 
 def test_a_queued_request_whose_client_leaves_is_cancelled_at_once() -> None:
     async def main() -> tuple[float, float, float]:
-        ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        server = asyncio.create_task(
-            serve(parse_server_config(CONFIG), "127.0.0.1", 0, ready.set_result)
-        )
-        url = await asyncio.wait_for(ready, 10)
-        port = int(url.rsplit(":", 1)[1])
-        # A holds the only slot for 20 s; B waits behind it.
-        _, a = await asyncio.open_connection("127.0.0.1", port)
-        a.write(request_bytes(port, 1000))
-        _, b = await asyncio.open_connection("127.0.0.1", port)
-        for _ in range(500):  # bounded: until A runs and B waits
-            if await gauge(port, "scheduler_running") == 1:
-                break
-            await asyncio.sleep(0.01)
-        b.write(request_bytes(port, 5))
-        for _ in range(500):
-            if await gauge(port, "scheduler_queue_depth") == 1:
-                break
-            await asyncio.sleep(0.01)
-        waiting_before = await gauge(port, "scheduler_queue_depth")
-        b.transport.abort()  # B's client gives up while B is queued
-        depth = waiting_before
-        for _ in range(500):  # A is still running throughout: only B's disconnect can act
-            depth = await gauge(port, "scheduler_queue_depth")
-            if depth == 0:
-                break
-            await asyncio.sleep(0.01)
-        running = await gauge(port, "scheduler_running")
-        a.transport.abort()
-        server.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await server
-        return waiting_before, depth, running
+        async with serve(build_app(parse_server_config(CONFIG)), reference=True) as url:
+            return await departure(int(url.rsplit(":", 1)[1]))
 
     waiting_before, depth, running = asyncio.run(main())
     assert waiting_before == 1
     assert depth == 0, "the queued job of a departed client is still waiting"
     assert running == 1  # A (never disconnected until now) kept its slot
+
+
+async def departure(port: int) -> tuple[float, float, float]:
+    """A holds the server's only slot for 20 s, B queues behind it, then B's client leaves: the
+    queue depth before B left, the depth after, and the running count (A's)."""
+    _, a = await asyncio.open_connection("127.0.0.1", port)
+    a.write(request_bytes(port, 1000))
+    _, b = await asyncio.open_connection("127.0.0.1", port)
+    for _ in range(500):  # bounded: until A runs and B waits
+        if await gauge(port, "scheduler_running") == 1:
+            break
+        await asyncio.sleep(0.01)
+    b.write(request_bytes(port, 5))
+    for _ in range(500):
+        if await gauge(port, "scheduler_queue_depth") == 1:
+            break
+        await asyncio.sleep(0.01)
+    waiting_before = await gauge(port, "scheduler_queue_depth")
+    b.transport.abort()  # B's client gives up while B is queued
+    depth = waiting_before
+    for _ in range(500):  # A is still running throughout: only B's disconnect can act
+        depth = await gauge(port, "scheduler_queue_depth")
+        if depth == 0:
+            break
+        await asyncio.sleep(0.01)
+    running = await gauge(port, "scheduler_running")
+    a.transport.abort()
+    return waiting_before, depth, running

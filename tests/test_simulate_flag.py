@@ -22,6 +22,7 @@ from fairbench.cli.inputs import UsageFailure
 from fairbench.cli.simulate import simulated_scenario
 from fairbench.workload.loading import parse_scenario
 from tests.cli import run_cli
+from tests.conftest import live_doc
 
 PROFILE = "h100-llama3-8b"
 
@@ -143,21 +144,10 @@ def test_simulate_on_a_sim_target_and_stray_overrides_are_refused(tmp_path: Path
 
 
 def vllm_doc(**scheduler: Any) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "name": "live-vllm",
-        "workloads": {"w": {"endpoint": "completions", "prompt_tokens": 100,
-                            "output_tokens": 10}},
-        "slo_classes": {"interactive": {"ttft": "500ms"}, "batch": {}},
-        "tenants": [
-            {"id": "chat", "slo_class": "interactive", "mix": "w",
-             "arrival": {"process": "poisson", "rate": "2/s"}},
-            {"id": "flood", "slo_class": "batch", "mix": "w",
-             "arrival": {"process": "poisson", "rate": "2/s"}},
-        ],
-        "run": {"duration": "3s", "seed": 1},
-        "target": {"kind": "vllm", "base_url": "http://127.0.0.1:9",
-                   "priority": {"by": "slo_class", "values": {"interactive": 0, "batch": 10}}},
-    }  # fmt: skip
+    """A live vLLM scenario whose target sends each class a priority (interactive 0, batch 10);
+    `scheduler` is its `scheduler:` block, if any."""
+    priority = {"by": "slo_class", "values": {"interactive": 0, "batch": 10}}
+    doc = {**live_doc("vllm", priority=priority), "name": "live-vllm"}
     if scheduler:
         doc["scheduler"] = scheduler
     return doc

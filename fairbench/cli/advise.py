@@ -9,7 +9,6 @@ Imports `cli.common`, `cli.inputs` and, lazily, `decide.advise` and `report.advi
 from __future__ import annotations
 
 import datetime as dt
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -164,15 +163,15 @@ def register(app: typer.Typer) -> None:
             raise UsageFailure(str(error)) from None
         except PointsFailed as failure:
             raise points_failed(failure) from None
+        from fairbench.decide.advise.outputs import read_advice, run_command
         from fairbench.report.advice import advice_report
         from fairbench.report.html import write_page
 
-        doc = json.loads((base / "advice.json").read_text(encoding="utf-8"))
+        doc = read_advice(base)
         write_page(base / "advice.html", advice_report(doc))
         if result.refused:
             err.print(result.refused, markup=False, highlight=False)
             raise typer.Exit(2)
-        from fairbench.decide.advise.outputs import run_command
 
         out.print(_table(doc))
         p = result.problem

@@ -45,10 +45,6 @@ RAY_RESOURCE = Annotated[
 ]
 
 
-def level_text(level: float) -> str:
-    return f"{level * 100:g}%"
-
-
 def point_runner(ray: str | None, resources: list[str] | None) -> PointRunner:
     """Where the command's points run, chosen once from --ray and --ray-resource: this machine,
     or Ray tasks (a missing ray package, an address where no cluster answers or a resource the

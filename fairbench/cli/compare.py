@@ -1,21 +1,20 @@
 """`fairbench compare` and `fairbench ab`: paired A/B verdicts, of runs given or of runs made.
 
 The commands parse flags, call `fairbench.decide.ab` (which runs the pairs, stops them and
-writes comparison.json) and print the verdict table. Imports `cli.common`, `cli.inputs` and,
-lazily, `decide` and `report` (the run report each run gets).
+writes comparison.json) and print the verdict table (`report.terminal.verdict_table`). Imports
+`cli.common`, `cli.inputs` and, lazily, `decide` and `report` (the run report each run gets,
+the table).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-import math
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 
 from fairbench.cli.common import (
     CONFIDENCE,
@@ -24,7 +23,6 @@ from fairbench.cli.common import (
     RESAMPLES,
     compared_dirs,
     err,
-    level_text,
     out,
     point_runner,
     points_bar,
@@ -33,48 +31,7 @@ from fairbench.cli.common import (
 from fairbench.cli.inputs import UsageFailure, confidence_level, read_document, scenario_with
 
 if TYPE_CHECKING:
-    from fairbench.decide.compare import Comparison
     from fairbench.decide.points import PointResult
-
-
-def verdict_table(comparison: Comparison, title: str, level: float, caption: str) -> Table:
-    """A row per metric and group: A, B (≥ for a lower bound; the runs' spread with 2+ pairs),
-    the change, its interval, the practical threshold the verdict used, and the verdict."""
-    from fairbench.analysis import registry
-
-    table = Table(title=title, caption=caption, title_justify="left")
-    cols = ("metric", "A", "B", "change", f"{level_text(level)} CI", "threshold", "p", "verdict")
-    for col in cols:
-        table.add_column(col, justify="left" if col in ("metric", "verdict") else "right")
-    colour = {"better": "green", "worse": "red", "cannot evaluate": "yellow"}
-    for v in comparison.verdicts:
-        metric = registry.of_name(v.metric)
-
-        def arm(x: float, bound: bool, runs: list[float], v: Any = v) -> str:
-            text = registry.show(v.unit, x, bound)
-            finite = [r for r in runs if r is not None and math.isfinite(r)]
-            if len(finite) > 1:
-                text += (
-                    f" ({registry.show(v.unit, min(finite))}–{registry.show(v.unit, max(finite))})"
-                )
-            return text
-
-        change = lambda x, m=metric: registry.show_change(m, x)  # noqa: E731
-        ci = "-" if math.isnan(v.ci_low) else f"[{change(v.ci_low)}, {change(v.ci_high)}]"
-        word = f"[{colour.get(v.verdict, 'white')}]{v.verdict}[/]"
-        if v.reason and v.verdict not in ("better", "worse"):
-            word += f" [dim]({v.reason})[/]"
-        table.add_row(
-            v.metric,
-            arm(v.a, v.a_bound, v.a_runs),
-            arm(v.b, v.b_bound, v.b_runs),
-            change(v.diff),
-            ci,
-            "±" + change(v.threshold).lstrip("+"),
-            "-" if math.isnan(v.p_value) else f"{v.p_value:.3f}",
-            word,
-        )
-    return table
 
 
 def detect_change(text: str, width: float | None, iterations: int) -> float:
@@ -160,6 +117,8 @@ def register(app: typer.Typer) -> None:
             payload = compare_payload(comparison, note, level, found)
             sys.stdout.write(json.dumps(payload, indent=2) + "\n")
         else:
+            from fairbench.report.terminal import verdict_table
+
             out.print(verdict_table(comparison, "B vs A", level, note))
             if found is not None:
                 out.print(found.sentence(), markup=False, highlight=False)
@@ -280,5 +239,7 @@ def register(app: typer.Typer) -> None:
         note = design_note(outcome.comparison, AB_ADVICE)
         write_ab(base, outcome, note, level)
         title = f"B ({' '.join(b)}) vs A ({' '.join(a)})"
+        from fairbench.report.terminal import verdict_table
+
         out.print(verdict_table(outcome.comparison, title, level, note))
         out.print(f"{outcome.stopped}; comparison.json in {base}", markup=False, highlight=False)

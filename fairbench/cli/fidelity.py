@@ -4,9 +4,9 @@
 `targets.profile.files`); `fidelity` measures how far a simulated run of a plan is from a real
 run of it (fairbench.report.fidelity_outputs: the measurement of decide.fidelity and its
 files); `fairbench run --simulate PROFILE` closes the loop on one live run (its twin scenario
-is cli/simulate.py's). The commands parse flags, call one of those and print. Kept apart from
-`analysis` so the commands of the loop read together. Registered on the app by
-`fairbench.cli.main.main`.
+is workload/twin.py's, its run report/twin.py's). The commands parse flags, call one of those
+and print. Kept apart from `analysis` so the commands of the loop read together. Registered on
+the app by `fairbench.cli.main.main`.
 """
 
 from __future__ import annotations
@@ -18,32 +18,11 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from fairbench.cli import profile as cli_profile
 from fairbench.cli.inputs import UsageFailure
 
 out = Console(width=None if sys.stdout.isatty() else 160)
-
-
-def _fidelity_table(fid: object) -> Table:
-    from fairbench.decide.fidelity import Fidelity
-    from fairbench.report.fidelity import head, intro, row_cells
-
-    assert isinstance(fid, Fidelity)
-    table = Table(title="sim vs real", caption=intro(fid), title_justify="left")
-    cols = ["group", *head(fid)]
-    for col in cols:
-        table.add_column(
-            col, justify="left" if col in ("group", "figure", "judgement") else "right"
-        )
-    colour = {"within noise": "green", "beyond noise": "red"}
-    for row in fid.rows:
-        cells = row_cells(fid, row)
-        cells[-1] = f"[{colour.get(cells[-1], 'white')}]{cells[-1]}[/]"
-        group = "overall" if row.group == "overall" else f"{row.group} {row.key}"
-        table.add_row(group, *cells)
-    return table
 
 
 def register(app: typer.Typer) -> None:
@@ -91,7 +70,9 @@ def register(app: typer.Typer) -> None:
         if as_json:
             sys.stdout.write(json.dumps(fid.as_dict(), indent=2) + "\n")
             return
-        out.print(_fidelity_table(fid))
+        from fairbench.report.fidelity import fidelity_table
+
+        out.print(fidelity_table(fid))
         out.print(mape_line(fid), markup=False, highlight=False)
         out.print("wrote " + ", ".join(str(p) for p in written), markup=False, highlight=False)
 

@@ -1,8 +1,9 @@
 """`fairbench profile`: fit the simulator's cost profile from a live engine (a bounded probe),
 or refit the pooled probe data of earlier profiles (`--merge`).
 
-The command checks its flags, calls `fairbench.targets.profile` (`run_profile`, then
-`files.write_profile`; or `files.merge_files`) and prints the coefficients. Registered by
+The command parses its flags, checks them and builds the probe's design with
+`fairbench.targets.profile.command`, calls `run_profile` then `files.write_profile` (or
+`command.merge`), and prints the rows and lines `command` makes. Registered by
 `fairbench.cli.fidelity.register`, beside the fidelity command of the same loop. Imports
 `cli.inputs` and, lazily, `targets`.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -20,36 +21,6 @@ from rich.table import Table
 from fairbench.cli.inputs import UsageFailure
 
 out = Console(width=None if sys.stdout.isatty() else 160)
-
-
-def _merge_profiles(files: list[Path], out_file: Path, name: str | None) -> None:
-    """`fairbench profile --merge FILE...`: refit the sources' pooled probe data
-    (fairbench.targets.profile.files.merge_files) and print the merged profile's coefficients
-    beside each source's step constants (the drift between the probes)."""
-    from fairbench.targets.profile import MergeError, ProbeError
-    from fairbench.targets.profile.files import ProfileFileError, merge_files
-
-    if out_file.exists() and out_file.is_dir():
-        raise UsageFailure(f"--out {out_file}: a directory; give the profile's file name")
-    try:
-        merged = merge_files(files, out_file, name)
-    except ProfileFileError as error:
-        raise UsageFailure(str(error)) from None
-    except MergeError as error:
-        raise UsageFailure(f"--merge {error}") from None
-    except ProbeError as error:  # the pooled data cannot be fitted
-        raise UsageFailure(f"--merge: {error}") from None
-    sources: list[dict[str, Any]] = merged["fit"]["merged_from"]
-    table = Table(title=f"merged profile of {len(files)} probes", title_justify="left")
-    for col in ("profile", "rounds", "a", "d"):
-        table.add_column(col, justify="left" if col == "profile" else "right")
-    for src in sources:
-        table.add_row(src["profile"], str(src["rounds"]), *(f"{src[k]}" for k in ("a", "d")))
-    table.add_row(
-        "merged", str(merged["fit"]["rounds"]), f"{merged['a']:.4g}", f"{merged['d']:.4g}"
-    )
-    out.print(table)
-    out.print(f"wrote {out_file}", markup=False, highlight=False)
 
 
 def register(app: typer.Typer) -> None:
@@ -204,50 +175,39 @@ def register(app: typer.Typer) -> None:
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
         from fairbench.targets.precheck import check_reachable
-        from fairbench.targets.profile import (
-            ENGINES,
-            ProbeDesign,
-            ProbeError,
-            run_profile,
-        )
+        from fairbench.targets.profile import ProbeError, run_profile
+        from fairbench.targets.profile import command as lib
         from fairbench.targets.profile.files import write_profile
 
+        try:
+            if merge:
+                if target_url is not None:
+                    raise UsageFailure(
+                        "--merge fits from earlier probes' data and probes nothing: "
+                        "drop --target-url (or --merge)"
+                    )
+                merged = lib.merge(merge, out_file, name)
+            else:
+                url = lib.probe_url(target_url, engine)
+                lib.check_out(out_file)
+                lib.check_url(url, str(target_url))
+        except lib.ProfileUsage as error:
+            raise UsageFailure(str(error)) from None
         if merge:
-            if target_url is not None:
-                raise UsageFailure(
-                    "--merge fits from earlier probes' data and probes nothing: "
-                    "drop --target-url (or --merge)"
-                )
-            _merge_profiles(merge, out_file, name)
+            table = Table(title=f"merged profile of {len(merge)} probes", title_justify="left")
+            for col in ("profile", "rounds", "a", "d"):
+                table.add_column(col, justify="left" if col == "profile" else "right")
+            for cells in lib.merged_rows(merged):
+                table.add_row(*cells)
+            out.print(table)
+            out.print(f"wrote {out_file}", markup=False, highlight=False)
             return
-        if target_url is None:
-            raise UsageFailure(
-                "--target-url is missing: give the engine's base URL, e.g. "
-                "--target-url http://127.0.0.1:8000 (or --merge FILE to refit earlier probes)"
-            )
-        if engine not in (*ENGINES, "auto"):
-            raise UsageFailure(
-                f"--engine {engine}: not an engine; use one of {', '.join(ENGINES)} or auto"
-            )
-        if out_file.exists() and out_file.is_dir():
-            raise UsageFailure(f"--out {out_file}: a directory; give the profile's file name")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        url = target_url.rstrip("/").removesuffix("/v1")
-        if not url.startswith(("http://", "https://")) or url[-3:] == "://":
-            raise UsageFailure(
-                f"--target-url {target_url}: not an http(s) URL; e.g. http://127.0.0.1:8000"
-            )
         asyncio.run(check_reachable(url, headers, label="--target-url"))
-        flags = {
-            "max_num_seqs": max_num_seqs,
-            "max_num_batched_tokens": max_num_batched_tokens,
-            "kv_cache_tokens": kv_cache_tokens,
-        }
-        given = {k for k, v in flags.items() if v is not None}
-        design = ProbeDesign(
+        design, given = lib.probe_design(
             max_model_len=max_model_len,
-            max_num_seqs=max_num_seqs or 8,
-            max_num_batched_tokens=max_num_batched_tokens or 2048,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
             kv_cache_tokens=kv_cache_tokens,
             budget_s=budget,
             max_rounds=rounds,
@@ -284,29 +244,10 @@ def register(app: typer.Typer) -> None:
         table = Table(title=f"profile of {result.engine.model}", title_justify="left")
         for col in ("coefficient", "value", "std. error"):
             table.add_column(col, justify="left" if col == "coefficient" else "right")
-        for key, value in fit.coefficients.items():
-            table.add_row(key, f"{value:.4g}", f"{fit.stderr[key]:.2g}")
-        if fit.front_end is not None:  # a median, with its median absolute deviation
-            fe = fit.front_end
-            table.add_row("front end (core)", f"{fe['core_ms']:.4g}", f"MAD {fe['mad_ms']:.2g}")
-        if fit.idle is not None:
-            idle = fit.idle
-            table.add_row("idle wake", f"{idle['wake_ms']:.4g}", f"MAD {idle['mad_ms']:.2g}")
+        for cells in lib.coefficient_rows(fit):
+            table.add_row(*cells)
         out.print(table)
-        out.print(
-            f"{result.rounds} round(s) of the probe in {result.seconds:.0f} s"
-            + (f" (the --budget of {budget:g} s allowed no more)" if result.truncated else ""),
-            markup=False,
-            highlight=False,
-        )
-        info = result.engine
-        said = ", ".join(f"{k} {getattr(info, k)}" for k in sorted(info.source) if k != "version")
-        out.print(
-            f"engine: {info.kind} ({info.detected_by})"
-            + (f", version {info.version}" if info.version else "")
-            + (f"; it said {said}" if said else "; it said nothing of its limits"),
-            markup=False,
-            highlight=False,
-            soft_wrap=True,
-        )
+        rounds_line, engine_line = lib.probe_lines(result, budget)
+        out.print(rounds_line, markup=False, highlight=False)
+        out.print(engine_line, markup=False, highlight=False, soft_wrap=True)
         out.print(f"wrote {out_file}", markup=False, highlight=False)

@@ -1,129 +1,32 @@
 """`fairbench run --simulate PROFILE`: the simulated twin of a live run's scenario.
 
-It exists so that the flags `--simulate` and `--simulate-set` are read in one place: which
-simulated engine mode the live target's engine gets, which of the live `scheduler:` block
-carries over, each SLO class's priority as the live engine received it, and the check that the
-twin plans the same requests. Bad input is one `UsageFailure` line naming the flag. Imports
-`cli.inputs`, `workload`, `plan` and `reference_scheduler.core.costmodel` (the profile loader).
+It exists so that the flags `--simulate` and `--simulate-set` are read in one place: the twin
+itself is `fairbench.workload.twin` (its engine mode, its `scheduler:` block, the classes'
+priorities, the same-plan check and the line that says how it was chosen); this module applies
+`--simulate-set` on top of it, as `--set` is applied to a scenario, and turns each refusal into
+one `UsageFailure` line naming the flag. Imports `cli.inputs`, `workload` and, lazily,
+`plan.materialize` (the digests the twin is checked by).
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from fairbench.cli.inputs import UsageFailure, scenario_with
 from fairbench.workload.errors import ScenarioError
 from fairbench.workload.models import Scenario
+from fairbench.workload.twin import Simulation, TwinRefused, check_twin, twin_document, twin_line
 
-# The simulated engine mode each live target's engine gets. The simulator has two: the
-# reference scheduler (what the reference server runs) and vLLM V1's own scheduling. SGLang,
-# TGI and an unknown OpenAI server are continuous-batching engines with a per-step token budget
-# and KV allocated as tokens are produced, which the vLLM mode models; no mode of their own
-# exists, so they get the vLLM one and the headline says so.
-SIM_ENGINE = {"reference": "reference", "vllm": "vllm", "sglang": "vllm", "tgi": "vllm"}
-# Keys of a live scenario's `scheduler:` block that describe a vLLM-like engine's limits and
-# that the vLLM mode takes; the rest of the block (a reference policy's options) is not carried.
-VLLM_LIMITS = (
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "chunked_prefill",
-    "kv_cache_tokens",
-    "block_size",
-    "max_model_len",
-)
+__all__ = ["Simulation", "simulated_scenario"]
 
 
-@dataclass(frozen=True)
-class Simulation:
-    """The simulated twin of a live run's scenario, and how it was chosen (one line)."""
+def _digest(scn: Scenario, seed: int | None) -> str:
+    """The plan digest of `scn` at `seed` (pyarrow and the plan load here, after the refusals
+    that need neither)."""
+    from fairbench.plan.materialize import materialize
 
-    scn: Scenario
-    profile: str
-    line: str
-
-
-def _profile_spec(text: str) -> str:
-    """`--simulate`'s value as `scheduler.profile` takes it (an absolute path, or a shipped
-    profile's name), checked by loading it: a missing or bad file is one line, exit 2."""
-
-    from reference_scheduler.core.costmodel import ProfileError, load_profile, shipped_profiles
-
-    path = Path(text)
-    if path.is_dir():
-        raise UsageFailure(f"--simulate {text}: a directory; give the profile YAML file")
-    if path.is_file():
-        spec = str(path.resolve())
-    elif text in shipped_profiles():
-        spec = text
-    else:
-        raise UsageFailure(
-            f"--simulate {text}: no such profile file; give the YAML `fairbench profile` wrote "
-            f"(or a shipped profile: {', '.join(shipped_profiles())})"
-        )
-    try:
-        load_profile(spec, where="profile")
-    except ProfileError as error:
-        raise UsageFailure(f"--simulate {text}: {' '.join(str(error).split())}") from None
-    except yaml.YAMLError as error:
-        why = " ".join(str(error).split())[:160]
-        raise UsageFailure(f"--simulate {text}: not a profile YAML ({why})") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise UsageFailure(f"--simulate {text}: cannot read ({error})") from None
-    return spec
-
-
-def _class_priorities(scn: Scenario) -> dict[str, int]:
-    """Each SLO class's priority as the live engine received it, for every class: the
-    simulated vLLM ranks a request by its class's `priority`, so the number the live target
-    sent (`target.priority`) goes to each class, and 0 — the engines' default when a request
-    carries none — to a class that was sent nothing. The plan does not change: it names
-    classes, not their fields.
-
-    SGLang runs *higher* values first (unless started with
-    `--schedule-low-priority-values-first`), the simulated vLLM lower first, so SGLang's values
-    are negated; `--simulate-set slo_classes.NAME.priority=N` says otherwise. A `priority` sent
-    through `extra_body` / `class_extra_body` is not modelled and is refused."""
-    target = scn.target
-    for where, body in [("target.extra_body", target.extra_body)] + [
-        (f"target.class_extra_body.{name}", b) for name, b in target.class_extra_body.items()
-    ]:
-        if "priority" in body:
-            raise UsageFailure(
-                f"--simulate: {where} sends a priority the simulation cannot read; use "
-                "target.priority (by slo_class or tenant) instead, or give --simulate-set "
-                "slo_classes.NAME.priority=N for each class"
-            )
-    sign = -1 if target.kind == "sglang" else 1
-    spec = target.priority
-    out = dict.fromkeys(scn.slo_classes, 0)
-    if spec is None:
-        return out
-    if spec.by == "slo_class":
-        for name in scn.slo_classes:
-            value = spec.values.get(name, spec.default)
-            out[name] = 0 if value is None else sign * value
-        return out
-    sent: dict[str, dict[int, str]] = {}
-    for tenant in scn.tenants:
-        value = spec.values.get(tenant.id, spec.default)
-        value = 0 if value is None else value
-        for workload in scn.mix_of(tenant):
-            sent.setdefault(scn.slo_class_of(tenant, workload), {})[value] = tenant.id
-    for name, values in sent.items():
-        if len(values) > 1:
-            who = ", ".join(f"{t} {v}" for v, t in sorted(values.items()))
-            raise UsageFailure(
-                f"--simulate: target.priority is by tenant and class {name!r} was sent "
-                f"different priorities ({who}); the simulated vLLM ranks by SLO class: give "
-                f"--simulate-set slo_classes.{name}.priority=N (or one class per tenant)"
-            )
-        out[name] = sign * next(iter(values))
-    return out
+    return materialize(scn, seed).digest
 
 
 def simulated_scenario(
@@ -134,77 +37,20 @@ def simulated_scenario(
     overrides: list[str] | None = None,
     seed: int | None = None,
 ) -> Simulation:
-    """The live scenario `scn` (document `doc`, from `file`) as `target: sim`, on `profile`,
-    in the engine mode that matches the live target's engine; `overrides` (`--simulate-set`)
-    applied last. Everything but the target, the `scheduler:` block and the classes'
-    priorities stays as it is, so the plan is the same (checked when overrides are given).
-
-    The policy: the reference target simulates its own `scheduler:` block (policy and all)
-    on the profile. A vLLM engine's policy is `fcfs` (vLLM's default `--scheduling-policy`)
-    unless the scenario's `scheduler.policy` is `priority` (the block a live vLLM run does not
-    otherwise read); `--simulate-set scheduler.policy=priority` says it on the command line."""
-    if scn.target.kind == "sim":
-        raise UsageFailure(
-            "--simulate: the scenario's target is sim already; --simulate replays a live run's "
-            "plan in simulation (compare two runs with `fairbench fidelity REAL SIM`)"
-        )
-    if scn.target.upstreams:
-        raise UsageFailure(
-            "--simulate: target.upstreams runs the gateway in front of real engines, which has "
-            "no simulated counterpart; simulate the engines' scenario with --set target.kind=sim"
-        )
-    if scn.target.faults:
-        raise UsageFailure(
-            "--simulate: target.faults injects failures the simulation would not have; remove "
-            "them to compare the live run with its simulation"
-        )
-    spec = _profile_spec(profile)
-    data = json.loads(json.dumps(doc))
-    kind = scn.target.kind
-    mode = SIM_ENGINE.get(kind, "vllm")
-    if mode == "reference":
-        block = {**scn.scheduler, "profile": spec}
-    else:
-        policy = "priority" if scn.scheduler.get("policy") == "priority" else "fcfs"
-        block = {"engine": "vllm", "policy": policy, "profile": spec}
-        block.update({k: scn.scheduler[k] for k in VLLM_LIMITS if k in scn.scheduler})
-        ranks = _class_priorities(scn)
-        classes = data.get("slo_classes")
-        if not isinstance(classes, dict):
-            classes = {
-                name: cls.model_dump(exclude_none=True) for name, cls in scn.slo_classes.items()
-            }
-            data["slo_classes"] = classes
-        for name, value in ranks.items():
-            if isinstance(classes.get(name), dict):
-                classes[name]["priority"] = value
-    data["target"] = {"kind": "sim"}
-    data["scheduler"] = block
+    """The live scenario `scn` (document `doc`, from `file`) as `target: sim` on `profile`
+    (workload.twin.twin_document), `overrides` (`--simulate-set`) applied last, checked to plan
+    the same requests at `seed`."""
     items = list(overrides or [])
     try:
-        sim_doc, sim = scenario_with(file, items, "--simulate-set", raw=data)
-    except ScenarioError as error:  # the twin itself (not an override) does not validate
-        raise UsageFailure(
-            *(f"--simulate {profile}: the simulated scenario: {line}" for line in error.lines)
-        ) from None
-    if sim.target.kind != "sim":
-        raise UsageFailure(
-            f"--simulate-set {' '.join(items)}: the simulated scenario's target must stay sim "
-            "(the live run is the scenario's own target)"
-        )
-    from fairbench.plan.materialize import materialize
-
-    live, twin = materialize(scn, seed).digest, materialize(sim, seed).digest
-    if live != twin:  # checked before the live run starts, so nothing is spent on it
+        data, spec = twin_document(doc, scn, profile)
+        try:
+            sim_doc, sim = scenario_with(file, items, "--simulate-set", raw=data)
+        except ScenarioError as error:  # the twin itself (not an override) does not validate
+            raise UsageFailure(
+                *(f"--simulate {profile}: the simulated scenario: {line}" for line in error.lines)
+            ) from None
         what = f"--simulate-set {' '.join(items)}" if items else f"--simulate {profile}"
-        raise UsageFailure(
-            f"{what}: changes the plan ({twin[:19]}… against the live {live[:19]}…); "
-            "--simulate-set may change the engine (scheduler.*, slo_classes.*.priority), not "
-            "the workload, tenants or run"
-        )
-    shown = {k: v for k, v in sim_doc["scheduler"].items() if k != "profile"}
-    shown = {**shown, "profile": profile}
-    how = yaml.safe_dump(shown, default_flow_style=True, sort_keys=False, width=10**6).strip()
-    note = "" if kind in ("reference", "vllm") else f" (no {kind} mode: vLLM's scheduling model)"
-    line = f"target sim, scheduler {how}{note}"
-    return Simulation(sim, spec, line)
+        check_twin(scn, sim, what, lambda s: _digest(s, seed))
+    except TwinRefused as error:
+        raise UsageFailure(str(error)) from None
+    return Simulation(sim, spec, twin_line(sim_doc["scheduler"], profile, scn.target.kind))

@@ -1,9 +1,9 @@
 """`fairbench sweep`, `pareto` and `knee`: runs over a grid or a load range, ranked on
 objectives or bisected to the highest load that meets the SLOs.
 
-The commands parse flags, call `fairbench.decide` (`sweep.run_sweep`, `knee_run.run_knee`,
-`objectives.front`) and print. Imports `cli.common`, `cli.inputs` and, lazily, `decide` and
-`report`.
+The commands parse flags, call `fairbench.decide` (`sweep.run_sweep`, `knee_run.run_knee`)
+and print (`report.terminal.front_table`: the objectives and the front). Imports `cli.common`,
+`cli.inputs` and, lazily, `decide` and `report`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from fairbench.cli.common import (
     RAY,
@@ -48,30 +47,6 @@ def _objectives(specs: list[str] | None) -> tuple[list[str], list[str]]:
         raise UsageFailure(str(error)) from None
 
 
-def front_table(
-    title: str,
-    labels: list[str],
-    summaries: list[dict[str, Any]],
-    names: list[str],
-    senses: list[str],
-) -> Table:
-    """A row per run: its objectives, and whether it is on the front (or the best, with one)."""
-    from fairbench.decide.objectives import front
-
-    values, on_front = front(summaries, names, senses)
-    table = Table(title=title, title_justify="left")
-    table.add_column("point")
-    for name, sense in zip(names, senses, strict=True):
-        table.add_column(f"{name} ({sense})", justify="right")
-    one = len(names) == 1
-    table.add_column("best" if one else "front")
-    for label, row, on in zip(labels, values, on_front, strict=True):
-        style = "bold" if on else "dim"
-        mark = ("yes" if on else "-") if one else ("yes" if on else "dominated")
-        table.add_row(label, *(f"{v:.4g}" for v in row), mark, style=style)
-    return table
-
-
 def _scenario_file(file: Path, what: str) -> Path:
     if not file.exists():
         raise UsageFailure(f"{file}: file not found (the {what})")
@@ -92,6 +67,7 @@ def _show_failed_sweep(
     """A sweep with failed points: the table of those that ran, then one line per failure, and
     the exit (2 when every failure was bad input, such as a point directory that holds a run)."""
     from fairbench.decide.points import PointsFailed
+    from fairbench.report.terminal import front_table
 
     if rows:
         out.print(
@@ -177,6 +153,8 @@ def register(app: typer.Typer) -> None:
         labels = point_labels(rows)
         if failed:
             _show_failed_sweep(file, base, rows, labels, names, senses, failed)
+        from fairbench.report.terminal import front_table
+
         out.print(
             front_table(f"sweep of {file}", labels, [r["summary"] for r in rows], names, senses)
         )
@@ -197,6 +175,8 @@ def register(app: typer.Typer) -> None:
         names, senses = _objectives(objective)
         summaries = [read_summary(r) for r in runs]
         title = "Pareto front" if len(names) > 1 else f"best on {names[0]}"
+        from fairbench.report.terminal import front_table
+
         out.print(front_table(title, [str(r) for r in runs], summaries, names, senses))
 
     @app.command()

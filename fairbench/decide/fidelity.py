@@ -249,3 +249,16 @@ def write_outputs(fid: Fidelity, out_dir: Path, markdown: str) -> list[Path]:
     md = out_dir / "fidelity.md"
     md.write_text(markdown, encoding="utf-8")
     return [js, md]
+
+
+def ended_early(run_dir: Path) -> int:
+    """How many ok requests of a live run produced fewer tokens than they asked for (EOS or a
+    stop): a simulated twin runs each to its max_tokens, so its output-length figures differ
+    from the live run's by these requests, not by the simulator's speed."""
+    import pandas as pd
+
+    records = pd.read_parquet(
+        run_dir / "records.parquet", columns=["status", "output_tokens", "max_tokens"]
+    )
+    ok = records[records["status"] == "ok"]
+    return int((ok["output_tokens"] < ok["max_tokens"]).sum())

@@ -1,9 +1,12 @@
 """Pages people read: the run report (`run`, one function per figure in `figures`), its
 Markdown summary (`markdown`), the A/B, history and Pareto pages (`decisions`) and the
-simulator-fidelity page (`fidelity`), built from the page pieces in `html`.
+simulator-fidelity page (`fidelity`), built from the page pieces in `html`; and what the
+terminal shows of a run (`terminal`, `headline`).
 
-Renders what `analysis` and `decide` computed; computes nothing of its own. Only `cli` imports it.
-Pages load plotly.js from a `plotly.min.js` beside them: write every page with `write_page`
+Renders what `analysis` and `decide` computed; computes nothing of its own. Two modules also
+write files, because only this top layer may write pages: `fidelity_outputs` (the fidelity
+files) and `twin` (`run --simulate`'s simulated run and its fidelity files). Only `cli` imports
+it. Pages load plotly.js from a `plotly.min.js` beside them: write every page with `write_page`
 (or `write_run_report`), which puts it there, hard-linked to one shared copy.
 """
 

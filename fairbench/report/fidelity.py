@@ -4,7 +4,8 @@ Renders what `fairbench.decide.fidelity` computed — a table per group of real,
 (with a second real run) the noise floor, the signed error and its judgement — and overlays
 the latency CDFs of the real run (solid), the simulation (dotted) and the second real run
 (dashed), per tenant and per class, so a reader sees where the curves part, not only where
-two percentiles do. Built from the shared page pieces (`html`) and the one plotly copy.
+two percentiles do. Built from the shared page pieces (`html`) and the one plotly copy; the
+same rows make the command's terminal table (`fidelity_table`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import html
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import yaml
@@ -82,6 +84,22 @@ def fidelity_markdown(fid: Fidelity) -> str:
                 lines.append("| " + " | ".join(row_cells(fid, row)) + " |")
         lines.append("")
     return "\n".join(lines)
+
+
+def fidelity_table(fid: Fidelity) -> Any:
+    """The terminal's table (rich) of `fairbench fidelity`: the page's rows, each judgement in
+    its colour, the intro as the caption."""
+    from rich.table import Table
+
+    out = Table(title="sim vs real", caption=intro(fid), title_justify="left")
+    for col in ["group", *head(fid)]:
+        out.add_column(col, justify="left" if col in ("group", "figure", "judgement") else "right")
+    colour = {"within noise": "green", "beyond noise": "red"}
+    for row in fid.rows:
+        cells = row_cells(fid, row)
+        cells[-1] = f"[{colour.get(cells[-1], 'white')}]{cells[-1]}[/]"
+        out.add_row(_group_title(row.group, row.key), *cells)
+    return out
 
 
 def _window(run: Path) -> pd.DataFrame:

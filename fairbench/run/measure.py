@@ -37,7 +37,7 @@ from fairbench.run.rundir import (
     write_json,
 )
 from fairbench.run.scrape import scrape_report
-from fairbench.run.shards import default_workers, run_sharded
+from fairbench.run.shards import Shards, default_workers, run_sharded
 from fairbench.targets.engine_setup import ENGINE_KINDS, engine_setup
 from fairbench.targets.factory import make_target
 from fairbench.targets.http.stamped import describe as stamps_info
@@ -164,47 +164,31 @@ def measure(
     setup: dict[str, Any] = {}
     if scn.target.kind in ENGINE_KINDS:
         setup = uvloop_run(engine_setup(scn, plan, options.base_url))
-    if options.ray is not None:
-        return _measure_ray(
+    if options.ray is not None or workers > 1:
+        return _measure_shards(
             scn, options, plan, plan_path, run_dir, header, exec_options, workers, setup, progress
         )
-    if workers <= 1:
-        result, info = uvloop_run(
-            live(
-                plan,
-                scn,
-                run_dir / "journal.jsonl",
-                exec_options,
-                None,
-                0,
-                None,
-                options.base_url,
-                progress,
-                run_dir,
-                None,
-                setup,
-            )
+    result, info = uvloop_run(
+        live(
+            plan,
+            scn,
+            run_dir / "journal.jsonl",
+            exec_options,
+            None,
+            0,
+            None,
+            options.base_url,
+            progress,
+            run_dir,
+            None,
+            setup,
         )
-        stopped, loop_lags = result.stopped, result.loop_lag_ns
-        header["clock"] = live_clock(result.t0_ns, scn.run.pacing)
-        header["clock"]["pacing"] = result.pacing  # what ran (timerfd falls back to spin)
-        # what the schedule cost this process, from the first send to the end of the drain
-        header["clock"]["generator_cpu_s"] = round(result.cpu_s, 4)
-    else:
-        with shared_target(scn, options, setup, run_dir) as (info, base_url, keys):
-            stopped, loop_lags, t0 = run_sharded(
-                keys,
-                plan_path,
-                plan,
-                scn,
-                run_dir,
-                workers,
-                exec_options,
-                base_url,
-                progress,
-                setup,
-            )
-            header["clock"] = live_clock(t0, scn.run.pacing)
+    )
+    stopped, loop_lags = result.stopped, result.loop_lag_ns
+    header["clock"] = live_clock(result.t0_ns, scn.run.pacing)
+    header["clock"]["pacing"] = result.pacing  # what ran (timerfd falls back to spin)
+    # what the schedule cost this process, from the first send to the end of the drain
+    header["clock"]["generator_cpu_s"] = round(result.cpu_s, 4)
     info = {**info, **scrape_report(run_dir)}  # a failing scraper is reported, not swallowed
     rows = read_journals(run_dir)
     return Measurement(run_dir, scn, plan, rows, header, info, stopped, loop_lags, workers)
@@ -245,7 +229,7 @@ def shared_target(
         server.stop(run_dir / "server_metrics.prom")
 
 
-def _measure_ray(
+def _measure_shards(
     scn: Scenario,
     options: RunOptions,
     plan: Plan,
@@ -257,24 +241,23 @@ def _measure_ray(
     setup: dict[str, Any],
     progress: Progress | None,
 ) -> Measurement:
-    """The shards on Ray actors (fairbench.run.ray_shards); one server, one scraper, here."""
-    from fairbench.run.ray_shards import run_ray
-
+    """The plan's shards on generator processes here (fairbench.run.shards) or on Ray actors
+    (fairbench.run.ray_shards, with --ray); one target, one server, one scraper, here."""
     with shared_target(scn, options, setup, run_dir) as (info, base_url, keys):
-        result = run_ray(
-            options.ray or "auto",
-            keys,
-            plan_path,
-            plan,
-            scn,
-            run_dir,
-            workers,
-            exec_options,
-            base_url,
-            progress,
-            setup,
-            options.ray_resources,
+        shards = Shards(
+            keys, plan_path, plan, scn, run_dir, workers, exec_options, base_url, progress, setup
         )
+        if options.ray is None:
+            stopped, loop_lags, t0 = run_sharded(shards)
+            header["clock"] = live_clock(t0, scn.run.pacing)
+        else:
+            from fairbench.run.ray_shards import run_ray
+
+            result = run_ray(options.ray or "auto", shards, options.ray_resources)
+    if options.ray is None:
+        info = {**info, **scrape_report(run_dir)}  # a failing scraper is reported
+        rows = read_journals(run_dir)
+        return Measurement(run_dir, scn, plan, rows, header, info, stopped, loop_lags, workers)
     header["clock"] = live_clock(
         result.t0,
         scn.run.pacing,

@@ -22,8 +22,9 @@ rest as `cancelled`, and the run is marked incomplete. Ctrl-C on the driver stop
 
 The jobs live apart: `ray_cluster` (reaching the cluster), `ray_actor` (the actor and its child
 on a node), `ray_sync` (the clock), `ray_merge` (the journals), `ray_fill` (a dead actor's
-shard); this module starts the actors and runs them in order. Imports those, `run.scrape`,
-`run.executor`, `targets.factory`, `plan` and `workload`.
+shard); this module starts the actors and runs them in order. What the shards share (the
+plan, the worker's arguments, the scraper) is `run.shards.Shards`, as for local processes.
+Imports those and `run.shards`.
 """
 
 from __future__ import annotations
@@ -32,22 +33,16 @@ import contextlib
 import hashlib
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from fairbench.plan.model import Plan
-from fairbench.run.executor import ExecOptions
-from fairbench.run.live import Progress
 from fairbench.run.ray_actor import CALL_TIMEOUT_S, ActorRun, GeneratorActor, now
 from fairbench.run.ray_cluster import RaySetupError, check_resources, connect, import_ray, why
 from fairbench.run.ray_fill import fill, salvage_dead
 from fairbench.run.ray_merge import bytes_file, convert, stream
 from fairbench.run.ray_sync import clock_json, clock_reasons, ping
-from fairbench.run.scrape import ScraperProcess
-from fairbench.targets.factory import metrics_url
-from fairbench.workload.models import Scenario
+from fairbench.run.shards import Shards
 
 PLACE_TIMEOUT_S = 120.0  # an actor the cluster cannot place (no such resource) fails the run
 READY_TIMEOUT_S = 120.0  # plan loaded, connections warm
@@ -75,21 +70,10 @@ def actor_options(k: int, name: str, resources: tuple[str, ...], cpus: float) ->
 
 
 def run_ray(
-    address: str,
-    tenant_keys: dict[str, str] | None,
-    plan_path: Path,
-    plan: Plan,
-    scn: Scenario,
-    run_dir: Path,
-    n: int,
-    exec_options: ExecOptions,
-    base_url: str | None,
-    progress: Progress | None,
-    setup: dict[str, Any] | None = None,
-    resources: tuple[str, ...] = (),
-    cpus: float = 1.0,
+    address: str, shards: Shards, resources: tuple[str, ...] = (), cpus: float = 1.0
 ) -> RayResult:
     """Run the plan's n shards on Ray actors; the records land in run_dir's journals."""
+    n, run_dir, plan, scn = shards.n, shards.run_dir, shards.plan, shards.scn
     import_ray()  # the import is not Ray's start-up cost
     started = time.perf_counter()
     ray, connected_here = connect(address)
@@ -116,30 +100,16 @@ def run_ray(
         startup_s = time.perf_counter() - started
         for actor in actors:
             actor.before = ping(ray, actor.handle)
-        plan_bytes = plan_path.read_bytes()
+        plan_bytes = shards.plan_path.read_bytes()
         sha = hashlib.sha256(plan_bytes).hexdigest()
         plan_ref = ray.put(plan_bytes)
-        exec_dict = dict(exec_options.__dict__)
-        common = {
-            "scenario": scn.model_dump(mode="json"),
-            "workers": n,
-            "exec": exec_dict,
-            "base_url": base_url,
-            "tenant_keys": tenant_keys,
-            "setup": setup,
-        }
         pids = ray.get(
-            [a.handle.prepare.remote(plan_ref, sha, dict(common, worker=a.k)) for a in actors],
+            [a.handle.prepare.remote(plan_ref, sha, shards.worker_args(a.k)) for a in actors],
             timeout=READY_TIMEOUT_S,
         )
         for actor, pid in zip(actors, pids, strict=True):
             actor.child_pid = int(pid)
-        url = metrics_url(scn, base_url)
-        scraper = (
-            ScraperProcess(url, run_dir / "server_metrics.parquet", scn.target.scrape_interval)
-            if url
-            else None
-        )
+        scraper = shards.scraper()
         deadline = time.monotonic() + READY_TIMEOUT_S
         waiting = list(actors)
         while waiting and time.monotonic() < deadline:
@@ -157,13 +127,13 @@ def run_ray(
                 ray.kill(actor.handle, no_restart=True)
         if scraper is not None:
             scraper.wait_ready()  # its baseline scrape must come before t0
-        t0 = now() + int((exec_options.lead_s + RAY_LEAD_S) * 1e9)
+        t0 = now() + int((shards.exec_options.lead_s + RAY_LEAD_S) * 1e9)
         for actor in actors:
             if actor.dead is None and actor.before is not None:
                 actor.handle.start.remote(t0 + actor.before.offset_ns)
         if scraper is not None:
             scraper.start(t0)
-        stopped = stream(ray, actors, run_dir, len(plan), progress)
+        stopped = stream(ray, actors, run_dir, len(plan), shards.progress)
         for actor in actors:
             if actor.dead is None:
                 try:
@@ -175,7 +145,7 @@ def run_ray(
                         actor.dead = f"its generator exited with code {actor.exit_code}: {tail}"
                 except Exception as error:
                     actor.dead = why(error)
-        salvage_dead(ray, actors, run_dir, len(plan), exec_options.grace_s)
+        salvage_dead(ray, actors, run_dir, len(plan), shards.exec_options.grace_s)
         convert(actors, run_dir, plan)
         fill(actors, run_dir, plan, n, t0)
         reasons = clock_reasons(actors, scn)

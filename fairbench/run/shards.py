@@ -13,6 +13,7 @@ import multiprocessing as mp
 import os
 import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -77,47 +78,66 @@ def worker_main(args: dict[str, Any], shared: Any) -> None:
     np.save(args["lags"], result.loop_lag_ns)
 
 
-def run_sharded(
-    tenant_keys: dict[str, str] | None,
-    plan_path: Path,
-    plan: Plan,
-    scn: Scenario,
-    run_dir: Path,
-    n: int,
-    exec_options: ExecOptions,
-    base_url: str | None,
-    progress: Progress | None,
-    setup: dict[str, Any] | None = None,
-) -> tuple[bool, np.ndarray, int]:
+@dataclass
+class Shards:
+    """One plan split into `n` shards, as every way of running them needs it: generator
+    processes here (`run_sharded`) or Ray actors (`ray_shards.run_ray`). Shard k sends requests
+    k, k+n, ... of the plan (`worker_main`), journals into run_dir, and shares the one t0."""
+
+    tenant_keys: dict[str, str] | None
+    plan_path: Path
+    plan: Plan
+    scn: Scenario
+    run_dir: Path
+    n: int
+    exec_options: ExecOptions
+    base_url: str | None
+    progress: Progress | None
+    setup: dict[str, Any] | None = None
+
+    def worker_args(self, k: int) -> dict[str, Any]:
+        """What `worker_main` of shard k reads, besides where its files go on its node."""
+        return {
+            "scenario": self.scn.model_dump(mode="json"),
+            "worker": k,
+            "workers": self.n,
+            "exec": dict(self.exec_options.__dict__),
+            "base_url": self.base_url,
+            "tenant_keys": self.tenant_keys,
+            "setup": self.setup,
+        }
+
+    def scraper(self) -> ScraperProcess | None:
+        """The one scraper of the target's /metrics (none where the target has none)."""
+        url = metrics_url(self.scn, self.base_url)
+        if not url:
+            return None
+        path = self.run_dir / "server_metrics.parquet"
+        return ScraperProcess(url, path, self.scn.target.scrape_interval)
+
+
+def run_sharded(shards: Shards) -> tuple[bool, np.ndarray, int]:
+    """The shards as spawned generator processes on this machine; (stopped, the loop lags of
+    every shard, t0)."""
+    n, run_dir, exec_options = shards.n, shards.run_dir, shards.exec_options
     ctx = mp.get_context("spawn")
     # Per shard: sent, done, errors, last lag (4n); then a ready flag per shard (n); then t0.
     shared = ctx.Array("q", 5 * n + 1, lock=False)
     t0 = 0
-    url = metrics_url(scn, base_url)
-    scraper = (
-        ScraperProcess(url, run_dir / "server_metrics.parquet", scn.target.scrape_interval)
-        if url
-        else None
-    )
+    scraper = shards.scraper()
     procs = []
     for k in range(n):
         args = {
-            "plan": str(plan_path),
-            "scenario": scn.model_dump(mode="json"),
-            "worker": k,
-            "workers": n,
+            **shards.worker_args(k),
+            "plan": str(shards.plan_path),
             "journal": str(run_dir / f"journal-{k}.jsonl"),
-            "exec": exec_options.__dict__,
-            "base_url": base_url,
-            "tenant_keys": tenant_keys,
-            "setup": setup,
             "lags": str(run_dir / f".loop-lag-{k}.npy"),
         }
         proc = ctx.Process(target=worker_main, args=(args, shared), daemon=True)
         proc.start()
         procs.append(proc)
     stopped = False
-    counters = LiveCounters(planned=len(plan))
+    counters = LiveCounters(planned=len(shards.plan))
     try:
         while any(p.is_alive() for p in procs):
             ready = all(shared[4 * n + k] for k in range(n))
@@ -142,8 +162,8 @@ def run_sharded(
             counters.done = sum(values[1::4])
             counters.errors = sum(values[2::4])
             counters.last_lag_ns = max(values[3::4]) if values else 0
-            if progress is not None:
-                progress(counters)
+            if shards.progress is not None:
+                shards.progress(counters)
     finally:
         for p in procs:
             p.join()

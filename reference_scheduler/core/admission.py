@@ -13,6 +13,9 @@ Congestion response, before rejecting anything: above `degrade_depth` waiting jo
 `max_tokens` of batch and best-effort work is capped at `degrade_max_tokens` (graceful
 degradation: shorter answers rather than none), counted as "degraded".
 
+Before all of them, a job that could never run (longer than the context, or than the whole KV
+pool) is a 400 `context_length_exceeded` (`refuse_too_long`, both engine modes).
+
 Retry-After is the time the queue ahead would take to drain at the recent completion rate,
 rounded up to whole seconds and clamped to [1, 60]: honest back-pressure rather than a constant.
 """
@@ -27,6 +30,20 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from reference_scheduler.core.job import Job
 from reference_scheduler.core.policy import Policy, Verdict
+
+
+def refuse_too_long(
+    job: Job, max_model_len: int, block_size: int, kv_blocks: int
+) -> Verdict | None:
+    """The 400 `context_length_exceeded` of a job that could never run: its prompt and
+    max_tokens exceed the context, or need more KV blocks than the whole pool holds. Checked
+    before any queue (a retry cannot help), the same in both engine modes; None if it fits."""
+    total = job.prompt_tokens + job.max_tokens
+    if total <= max_model_len and -(-total // block_size) <= kv_blocks:
+        return None
+    job.status = "rejected"
+    job.reject_code = 400
+    return Verdict(False, 400, 0, "context_length_exceeded")
 
 
 class AdmissionSpec(BaseModel):

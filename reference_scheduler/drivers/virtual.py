@@ -31,6 +31,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -186,6 +187,16 @@ def simulate(
             for call in (nxt,) if isinstance(nxt, Job) else nxt or ():
                 heappush(released, (call.arrival_ns, call.id, call))
 
+    def started(res: Any, r: int) -> None:
+        """Replica r stepped: its events logged, the jobs its finished ones release offered,
+        the ended counted, and the replica busy until the step's end."""
+        if log is not None:
+            record(res, r)
+        if follow is not None:
+            finished(res)
+        ended[0] += len(res.finished)
+        heappush(running, (res.end_ns, r))
+
     def kick(now: int) -> None:
         """Start a step on idle replicas while the queue may have work for them."""
         tried = []
@@ -195,12 +206,7 @@ def simulate(
             if res is None:
                 tried.append(r)
                 break  # the policy holds its jobs back (tier ceiling): no idle replica helps
-            if log is not None:
-                record(res, r)
-            if follow is not None:
-                finished(res)
-            ended[0] += len(res.finished)
-            heappush(running, (res.end_ns, r))
+            started(res, r)
         for r in tried:
             heappush(idle, r)
 
@@ -271,12 +277,7 @@ def simulate(
         if res is None:
             heappush(idle, r)
             continue
-        if log is not None:
-            record(res, r)
-        if follow is not None:
-            finished(res)
-        ended[0] += len(res.finished)
-        heappush(running, (res.end_ns, r))
+        started(res, r)
         if res.finished and idle and len(policy):
             kick(now)
     if progress is not None:

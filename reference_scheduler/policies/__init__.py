@@ -44,29 +44,22 @@ POLICIES: dict[str, type] = {
     "tiered": Tiered,
 }
 
-_THREE_TIERS = ("interactive", "batch", "best-effort")
+
+def _three_tiers(quotas: tuple[float, float, float], child: str) -> dict[str, Any]:
+    """Interactive, batch and best-effort tiers with these quotas, each running `child` inside,
+    borrowing up to half again their quota (HTB-style ceilings)."""
+    names = ("interactive", "batch", "best-effort")
+    tiers = [{"name": n, "quota": q, "child": child} for n, q in zip(names, quotas, strict=True)]
+    return {"name": "tiered", "borrow_ratio": 0.5, "tiers": tiers}
+
 
 PRESETS: dict[str, dict[str, Any]] = {
     # DWRR across tenants, WFQ across each tenant's workloads inside it.
     "dwrr-wfq": {"name": "dwrr", "child": {"name": "wfq", "key": "flow"}},
     # HTB-style tiers, stochastic fair queueing inside each tier.
-    "htb-sfq": {
-        "name": "tiered",
-        "borrow_ratio": 0.5,
-        "tiers": [
-            {"name": n, "quota": q, "child": "sfq"}
-            for n, q in zip(_THREE_TIERS, (0.5, 0.3, 0.2), strict=True)
-        ],
-    },
+    "htb-sfq": _three_tiers((0.5, 0.3, 0.2), "sfq"),
     # The three-tier layout: 30/50/20 quotas, DWRR across tenants inside each tier.
-    "three-tier": {
-        "name": "tiered",
-        "borrow_ratio": 0.5,
-        "tiers": [
-            {"name": n, "quota": q, "child": "dwrr"}
-            for n, q in zip(_THREE_TIERS, (0.3, 0.5, 0.2), strict=True)
-        ],
-    },
+    "three-tier": _three_tiers((0.3, 0.5, 0.2), "dwrr"),
 }
 
 

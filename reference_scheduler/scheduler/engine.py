@@ -33,7 +33,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
-from reference_scheduler.core.admission import Admission, AdmissionSpec
+from reference_scheduler.core.admission import Admission, AdmissionSpec, refuse_too_long
 from reference_scheduler.core.costmodel import StepNoise
 from reference_scheduler.core.job import Job
 from reference_scheduler.core.policy import Policy, Verdict
@@ -173,11 +173,9 @@ class Engine:
     def submit(self, job: Job, now_ns: int) -> Verdict:
         self._seq += 1
         job.seq = self._seq
-        total = job.prompt_tokens + job.max_tokens
-        if total > self.max_model_len or self.blocks_for(job) > self.kv_blocks:
-            job.status = "rejected"
-            job.reject_code = 400
-            return Verdict(False, 400, 0, "context_length_exceeded")
+        too_long = refuse_too_long(job, self.max_model_len, self.block_size, self.kv_blocks)
+        if too_long is not None:
+            return too_long
         if self.control is not None:
             refused = self.control.submit(job, now_ns)
             if refused is not None:

@@ -70,6 +70,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
+from reference_scheduler.core.admission import refuse_too_long
 from reference_scheduler.core.costmodel import StepNoise
 from reference_scheduler.core.job import Job
 from reference_scheduler.core.policy import Verdict
@@ -195,11 +196,9 @@ class VllmEngine:
     def submit(self, job: Job, now_ns: int) -> Verdict:
         self._seq += 1
         job.seq = self._seq
-        total = job.prompt_tokens + job.max_tokens
-        if total > self.max_model_len or self.blocks_for(total) > self.kv_blocks:
-            job.status = "rejected"
-            job.reject_code = 400
-            return Verdict(False, 400, 0, "context_length_exceeded")
+        too_long = refuse_too_long(job, self.max_model_len, self.block_size, self.kv_blocks)
+        if too_long is not None:
+            return too_long
         job.status = "waiting"
         job.prefill_left = job.prompt_tokens  # tokens not yet computed (num_tokens - computed)
         rep = self.replicas[0]

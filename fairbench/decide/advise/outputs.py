@@ -9,6 +9,7 @@ the same scenario, seed and budget give the same file byte for byte wherever it 
 
 from __future__ import annotations
 
+import json
 import math
 import shlex
 from pathlib import Path
@@ -175,3 +176,10 @@ def write_outputs(advice: Advice, base: Path) -> list[Path]:
         path.write_text(advice_yaml(advice), encoding="utf-8")
         written.append(path)
     return written
+
+
+def read_advice(base: Path) -> dict[str, Any]:
+    """advice.json as `write_outputs` left it in `base`: the page and the command's table are
+    rendered from the file, so they show what it holds."""
+    data: dict[str, Any] = json.loads((base / "advice.json").read_text(encoding="utf-8"))
+    return data
