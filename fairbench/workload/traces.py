@@ -23,7 +23,9 @@ module (for `TraceError`), and pandas is half a second of CPU that `--help` need
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -104,12 +106,9 @@ def _fail(path: Path, line: int, problem: str) -> TraceError:
     return TraceError(f"{path}:{line}: {problem}")
 
 
-def read_mooncake(path: Path) -> TraceRows:
-    times: list[float] = []
-    inputs: list[int] = []
-    outputs: list[int] = []
-    lengths: list[int] = []
-    values: list[int] = []
+def _json_objects(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) per non-blank line of a JSONL file; a line that is not a JSON
+    object is a one-line error naming it."""
     with path.open("r", encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
@@ -120,31 +119,62 @@ def read_mooncake(path: Path) -> TraceRows:
                 raise _fail(path, number, f"not valid JSON ({error.msg})") from None
             if not isinstance(row, dict):
                 raise _fail(path, number, "each line must be a JSON object")
-            try:
-                ts = float(row["timestamp"])
-                n_in = int(row["input_length"])
-                n_out = int(row["output_length"])
-                ids = row.get("hash_ids", [])
-                if not isinstance(ids, list):
-                    raise TypeError("hash_ids must be a list")
-                ids = [int(x) for x in ids]
-            except KeyError as error:
-                raise _fail(path, number, f"missing field {error.args[0]!r}") from None
-            except (TypeError, ValueError) as error:
-                raise _fail(path, number, f"bad field value ({error})") from None
-            if not np.isfinite(ts) or ts < 0 or n_in < 1 or n_out < 0:
-                raise _fail(
-                    path, number, "timestamp must be >= 0, input_length >= 1, output_length >= 0"
-                )
-            times.append(ts / 1000.0)
-            inputs.append(n_in)
-            outputs.append(n_out)
-            lengths.append(len(ids))
-            values.extend(ids)
+            yield number, row
+
+
+def _request_fields(
+    path: Path, number: int, row: dict[str, Any], read: Callable[[dict[str, Any]], Any] = dict
+) -> tuple[float, int, int, list[int], Any]:
+    """A Mooncake-shaped row's `timestamp`, `input_length`, `output_length` and `hash_ids`
+    (Mooncake's and Qwen-Bailian's JSONL share them), checked, and `read(row)`: what else the
+    format takes from the row, under the same errors."""
+    try:
+        extra = read(row)
+        ts = float(row["timestamp"])
+        n_in, n_out = int(row["input_length"]), int(row["output_length"])
+        ids = row.get("hash_ids", [])
+        if not isinstance(ids, list):
+            raise TypeError("hash_ids must be a list")
+        ids = [int(x) for x in ids]
+    except KeyError as error:
+        raise _fail(path, number, f"missing field {error.args[0]!r}") from None
+    except (TypeError, ValueError) as error:
+        raise _fail(path, number, f"bad field value ({error})") from None
+    if not np.isfinite(ts) or ts < 0 or n_in < 1 or n_out < 0:
+        raise _fail(path, number, "timestamp must be >= 0, input_length >= 1, output_length >= 0")
+    return ts, n_in, n_out, ids, extra
+
+
+def read_mooncake(path: Path) -> TraceRows:
+    times: list[float] = []
+    inputs: list[int] = []
+    outputs: list[int] = []
+    lengths: list[int] = []
+    values: list[int] = []
+    for number, row in _json_objects(path):
+        ts, n_in, n_out, ids, _ = _request_fields(path, number, row)
+        times.append(ts / 1000.0)
+        inputs.append(n_in)
+        outputs.append(n_out)
+        lengths.append(len(ids))
+        values.extend(ids)
     if not times:
         raise TraceError(f"{path}: no rows")
     t = np.asarray(times)
-    order = np.argsort(t, kind="stable")
+    return _in_time_order(t, inputs, outputs, lengths, values, np.argsort(t, kind="stable"))
+
+
+def _in_time_order(
+    t: np.ndarray,
+    inputs: list[int],
+    outputs: list[int],
+    lengths: list[int],
+    values: list[int],
+    order: np.ndarray,
+    **sessions: np.ndarray,
+) -> TraceRows:
+    """Rows with their block ids (`lengths` ids each, in `values`), taken in `order` and timed
+    from the first; `sessions`: the conversation, turn and latency columns, if any."""
     offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
     rows = TraceRows(
         t,
@@ -152,15 +182,9 @@ def read_mooncake(path: Path) -> TraceRows:
         np.asarray(outputs, dtype=np.int64),
         offsets,
         np.asarray(values, dtype=np.int64),
-    )
-    rows = rows.take(order)
-    return TraceRows(
-        rows.t - rows.t[0],
-        rows.input_tokens,
-        rows.output_tokens,
-        rows.hash_offsets,
-        rows.hash_values,
-    )
+        **sessions,
+    ).take(order)
+    return dataclasses.replace(rows, t=rows.t - rows.t[0])
 
 
 def _read_csv(path: Path) -> pd.DataFrame:
@@ -350,21 +374,12 @@ def _frame_of_jsonl(path: Path) -> tuple[pd.DataFrame, np.ndarray]:
 
     rows: list[dict[str, Any]] = []
     lines: list[int] = []
-    with path.open("r", encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise _fail(path, number, f"not valid JSON ({error.msg})") from None
-            if not isinstance(row, dict):
-                raise _fail(path, number, "each line must be a JSON object")
-            for name in REQUIRED:
-                if name not in row:
-                    raise _fail(path, number, f"missing field {name!r}")
-            rows.append(row)
-            lines.append(number)
+    for number, row in _json_objects(path):
+        for name in REQUIRED:
+            if name not in row:
+                raise _fail(path, number, f"missing field {name!r}")
+        rows.append(row)
+        lines.append(number)
     if not rows:
         raise TraceError(f"{path}: no rows")
     frame = pd.DataFrame.from_records(rows, columns=[*REQUIRED, *OPTIONAL]).astype(object)
@@ -485,6 +500,16 @@ def read_burstgpt_sessions(path: Path) -> TraceRows:
     return _sorted(path, t.to_numpy(np.float64), n_in, n_out, conversation, turn, latency)
 
 
+def _bailian_ids(row: dict[str, Any]) -> tuple[int, int, int]:
+    """A Qwen-Bailian row's chat_id, parent_chat_id (-1: none) and turn (0: not given)."""
+    chat, parent = row["chat_id"], row.get("parent_chat_id", -1)
+    if isinstance(chat, bool) or not isinstance(chat, int):
+        raise TypeError(f"chat_id must be an integer, got {chat!r}")
+    if isinstance(parent, bool) or not isinstance(parent, int):
+        raise TypeError(f"parent_chat_id must be an integer, got {parent!r}")
+    return chat, parent, int(row.get("turn", 0))
+
+
 def read_bailian(path: Path) -> TraceRows:
     """The Qwen-Bailian JSONL (described in fairbench.workload.conversations): rows with their
     block ids and, from the `parent_chat_id` chains, their conversations and turns."""
@@ -497,46 +522,19 @@ def read_bailian(path: Path) -> TraceRows:
     lengths: list[int] = []
     values: list[int] = []
     lines: list[int] = []
-    with path.open("r", encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise _fail(path, number, f"not valid JSON ({error.msg})") from None
-            if not isinstance(row, dict):
-                raise _fail(path, number, "each line must be a JSON object")
-            try:
-                chat, parent = row["chat_id"], row.get("parent_chat_id", -1)
-                if isinstance(chat, bool) or not isinstance(chat, int):
-                    raise TypeError(f"chat_id must be an integer, got {chat!r}")
-                if isinstance(parent, bool) or not isinstance(parent, int):
-                    raise TypeError(f"parent_chat_id must be an integer, got {parent!r}")
-                ts = float(row["timestamp"])
-                n_in, n_out = int(row["input_length"]), int(row["output_length"])
-                turn = int(row.get("turn", 0))
-                ids = row.get("hash_ids", [])
-                if not isinstance(ids, list):
-                    raise TypeError("hash_ids must be a list")
-                ids = [int(x) for x in ids]
-            except KeyError as error:
-                raise _fail(path, number, f"missing field {error.args[0]!r}") from None
-            except (TypeError, ValueError) as error:
-                raise _fail(path, number, f"bad field value ({error})") from None
-            if not np.isfinite(ts) or ts < 0 or n_in < 1 or n_out < 0:
-                raise _fail(
-                    path, number, "timestamp must be >= 0, input_length >= 1, output_length >= 0"
-                )
-            times.append(ts)
-            inputs.append(n_in)
-            outputs.append(n_out)
-            chats.append(chat)
-            parents.append(parent)
-            turns.append(turn)
-            lengths.append(len(ids))
-            values.extend(ids)
-            lines.append(number)
+    for number, row in _json_objects(path):
+        ts, n_in, n_out, ids, (chat, parent, turn) = _request_fields(
+            path, number, row, _bailian_ids
+        )
+        times.append(ts)
+        inputs.append(n_in)
+        outputs.append(n_out)
+        chats.append(chat)
+        parents.append(parent)
+        turns.append(turn)
+        lengths.append(len(ids))
+        values.extend(ids)
+        lines.append(number)
     if not times:
         raise TraceError(f"{path}: no rows")
     t = np.asarray(times)
@@ -550,26 +548,16 @@ def read_bailian(path: Path) -> TraceRows:
         root[chat] = root.get(parents[i], chat) if parents[i] != -1 else chat
         conversation[i] = root[chat]
     codes = np.unique(conversation, return_inverse=True)[1].astype(np.int64)
-    offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
-    rows = TraceRows(
+    return _in_time_order(
         t,
-        np.asarray(inputs, dtype=np.int64),
-        np.asarray(outputs, dtype=np.int64),
-        offsets,
-        np.asarray(values, dtype=np.int64),
+        inputs,
+        outputs,
+        lengths,
+        values,
+        order,
         conversation=codes,
         turn=np.asarray(turns, dtype=np.int64),
         latency=np.full(len(t), np.nan),
-    ).take(order)
-    return TraceRows(
-        rows.t - rows.t[0],
-        rows.input_tokens,
-        rows.output_tokens,
-        rows.hash_offsets,
-        rows.hash_values,
-        conversation=rows.conversation,
-        turn=rows.turn,
-        latency=rows.latency,
     )
 
 
