@@ -224,6 +224,10 @@ def test_two_actors_on_two_nodes_give_the_single_process_plan_and_accounting(
     assert a["plan_digest"] == b["plan_digest"]
     assert a["accounting"] == b["accounting"] and b["accounting"]["holds"]
     header = json.loads((sharded / "run.json").read_text())
+    # the driver's scraper reports as the local one does (before, Ray's report was dropped)
+    local = json.loads((single / "run.json").read_text())["target"]
+    assert "scrape" in local and header["target"]["scrape"].keys() == local["scrape"].keys()
+    assert header["target"]["scrape_warnings"] == local["scrape_warnings"] == []
     actors = header["ray"]["actors"]
     assert [x["worker"] for x in actors] == [0, 1]
     assert len({x["node_id"] for x in actors}) == 2  # placed by resource: one per node

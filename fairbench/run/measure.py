@@ -254,8 +254,8 @@ def _measure_shards(
             from fairbench.run.ray_shards import run_ray
 
             result = run_ray(options.ray or "auto", shards, options.ray_resources)
+    info = {**info, **scrape_report(run_dir)}  # a failing scraper is reported, Ray's too
     if options.ray is None:
-        info = {**info, **scrape_report(run_dir)}  # a failing scraper is reported
         rows = read_journals(run_dir)
         return Measurement(run_dir, scn, plan, rows, header, info, stopped, loop_lags, workers)
     header["clock"] = live_clock(
