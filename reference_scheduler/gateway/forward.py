@@ -195,6 +195,7 @@ class Forwarding:
         response = web.StreamResponse(headers=SSE_HEADERS)
         dispatcher = self.dispatcher
         idle = self.config.dispatch.idle_timeout_s
+        content = resp.content
         chunk = first
         try:
             await self._write(response.prepare(request))
@@ -206,8 +207,12 @@ class Forwarding:
                     await self._write(response.write(out))
                 if events.done:
                     break
-                async with asyncio.timeout(idle):
-                    chunk = await resp.content.readany()
+                # bytes already buffered need no timer (one per chunk was about 3% of the
+                # gateway's Python time at 500 req/s); only a read that waits is bounded by idle
+                chunk = content.read_nowait()
+                if not chunk and not content.at_eof():
+                    async with asyncio.timeout(idle):
+                        chunk = await content.readany()
         except _ClientGone:
             resp.close()
             self.metrics.aborts.labels(up.name).inc()
