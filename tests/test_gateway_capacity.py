@@ -219,9 +219,10 @@ class Counted:
             self.active -= 1
 
 
-async def _burst(upstream: dict[str, Any]) -> tuple[Counted, int, list[int]]:
+async def _burst(upstream: dict[str, Any]) -> tuple[Counted, int, list[int], str]:
     """N streamed requests at once through a gateway in front of one Counted server: the
-    server, the most the gateway held in its queue, and the statuses."""
+    server, the most the gateway held in its queue, the statuses and the gateway's /metrics
+    after."""
     engine = Counted()
     async with serve(engine.app) as up_url:
         data = {
@@ -261,14 +262,17 @@ async def _burst(upstream: dict[str, Any]) -> tuple[Counted, int, list[int]]:
                     held = max(held, gw.dispatcher.waiting())
                     await asyncio.sleep(0.002)
                 statuses = [t.result() for t in tasks]
+                metrics = await (await session.get(url + "/metrics")).text()
         finally:
             await runner.cleanup()
-    return engine, held, statuses
+    return engine, held, statuses, metrics
 
 
 async def test_a_burst_waits_at_the_gateway_not_in_the_engine() -> None:
-    engine, held, statuses = await _burst({"max_num_seqs": S})
+    engine, held, statuses, metrics = await _burst({"max_num_seqs": S})
     assert statuses == [200] * N
+    assert f'gateway_upstream_capacity{{kind="seqs",upstream="u0"}} {S}.0' in metrics
+    assert f'gateway_upstream_capacity{{kind="effective_seqs",upstream="u0"}} {S}.0' in metrics
     assert engine.peak <= S, engine.peak  # the engine never had more than it runs
     assert held >= (N - S) // 2, held  # the excess waited at the gateway, in the policy's queue
 
@@ -276,6 +280,7 @@ async def test_a_burst_waits_at_the_gateway_not_in_the_engine() -> None:
 async def test_the_scrape_alone_forwards_the_whole_burst() -> None:
     """The rule before the count: the last scrape said idle, so every request of the burst went
     to the engine, which queued N - S of them in its own FCFS queue."""
-    engine, _, statuses = await _burst({})
+    engine, _, statuses, metrics = await _burst({})
+    assert "gateway_upstream_capacity{" not in metrics  # nothing known, nothing shown
     assert statuses == [200] * N
     assert engine.peak == N, engine.peak
