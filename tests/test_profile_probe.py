@@ -74,10 +74,12 @@ def profile_known(
     return str(proc.stdout)
 
 
+# This probe and the front end's get 60 s, so two rounds fit on a loaded machine (at 40 s and load
+# average 5 only one did, and one round's outliers once chose the sum form, with a = 0.24).
 @pytest.fixture(scope="module")
 def fitted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("profile") / "fitted.yaml"
-    profile_known(out, front_end_ms=0.0, budget=40, rounds=2, seed=3)
+    profile_known(out, front_end_ms=0.0, budget=60, rounds=2, seed=3)
     return out
 
 
@@ -220,7 +222,7 @@ def test_the_front_ends_core_time_is_measured(fitted: Path, tmp_path: Path) -> N
     one whose front end takes none, and the fitted profile, charge included, runs a burst as
     long as the truth does."""
     out = tmp_path / "front.yaml"
-    shown = profile_known(out, front_end_ms=FRONT_END_MS, budget=40, rounds=2, seed=4)
+    shown = profile_known(out, front_end_ms=FRONT_END_MS, budget=60, rounds=2, seed=4)
     assert "front end (core)" in shown
     doc = yaml.safe_load(out.read_text())
     got = doc["front_end_core_ms"]
