@@ -284,3 +284,40 @@ async def test_the_scrape_alone_forwards_the_whole_burst() -> None:
     assert "gateway_upstream_capacity{" not in metrics  # nothing known, nothing shown
     assert statuses == [200] * N
     assert engine.peak == N, engine.peak
+
+
+async def test_an_sglang_upstream_is_asked_for_its_capacity_once() -> None:
+    """engine: sglang: the watcher reads /get_server_info once and the count takes its
+    max_running_requests and max_total_num_tokens (the file gave neither)."""
+    asked = []
+
+    async def info(request: web.Request) -> web.Response:
+        asked.append(request.path)
+        return web.json_response({"max_running_requests": 3, "max_total_num_tokens": 5000})
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(text="sglang:num_queue_reqs 0.0\nsglang:token_usage 0.1\n")
+
+    app = web.Application()
+    app.router.add_get("/get_server_info", info)
+    app.router.add_get("/metrics", metrics)
+    async with serve(app) as up_url:
+        data = {
+            "model": "m",
+            "upstreams": [{"url": up_url, "engine": "sglang"}],
+            "dispatch": {"scrape_interval_s": 0.05},
+        }
+        runner, _ = await start_gateway(parse_gateway_config(data), "127.0.0.1", 0)
+        try:
+            cap = runner.app[GATEWAY].pool.upstreams[0].capacity
+            for _ in range(500):
+                if cap.known:
+                    break
+                await asyncio.sleep(0.01)
+            for _ in range(10):  # a few more watcher rounds: it does not ask again
+                await asyncio.sleep(0.05)
+        finally:
+            await runner.cleanup()
+    assert (cap.seqs, cap.kv_tokens) == (3, 5000)
+    assert cap.seqs_from == "/get_server_info max_running_requests"
+    assert asked == ["/get_server_info"]
