@@ -29,7 +29,11 @@ such rate (every rate is run unless the gateway drops requests). On a machine sh
 other work the absolute numbers move.
 
     python benchmarks/bench_gateway.py [--seconds 4] [--rates 200,500,1000] [--tokens 16]
-        [--repeats 3]
+        [--repeats 3] [--profile gateway.prof]
+
+With `--profile PATH` the gateway runs under cProfile (which slows it: read the CPU column of
+that run as the profiler's, not the gateway's), its stats are written to PATH when it stops, and
+the 25 functions with the most time of their own are printed: where the hot path's time goes.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ import asyncio
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -137,7 +142,7 @@ def start(cmd: list[str], core: int | None) -> tuple[subprocess.Popen[str], str]
 
 
 def start_gateway(
-    upstream: str, workdir: Path, core: int | None
+    upstream: str, workdir: Path, core: int | None, profile: Path | None = None
 ) -> tuple[subprocess.Popen[str], str]:
     config = {
         "model": MODEL,
@@ -147,6 +152,8 @@ def start_gateway(
     path = workdir / "gateway.yaml"
     path.write_text(yaml.safe_dump(config))
     cmd = [sys.executable, "-m", "reference_scheduler", "gateway", str(path), "--port", "0"]
+    if profile is not None:
+        cmd[1:1] = ["-m", "cProfile", "-o", str(profile)]
     return start(cmd, core)
 
 
@@ -231,6 +238,9 @@ def main() -> None:
     parser.add_argument(
         "--no-pin", action="store_true", help="leave every process on every core (a busy host)"
     )
+    parser.add_argument(
+        "--profile", type=Path, default=None, help="run the gateway under cProfile, stats here"
+    )
     parser.add_argument("--upstream", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.upstream:
@@ -256,7 +266,8 @@ def main() -> None:
     up_cmd = [sys.executable, __file__, "--upstream", "--tokens", str(args.tokens)]
     up_cmd += ["--gap-ms", str(args.gap_ms)]
     upstream, up_url = start(up_cmd, rest[0])
-    gateway, gw_url = start_gateway(up_url, workdir, gw_core)
+    profile = args.profile.resolve() if args.profile is not None else None
+    gateway, gw_url = start_gateway(up_url, workdir, gw_core, profile)
     os.sched_setaffinity(0, set(rest))
     rows, best, costs = [], 0.0, []
     notes: list[str] = []
@@ -312,6 +323,9 @@ def main() -> None:
             if any(p.ok_gateway < 1.0 for p in pairs):
                 break  # the gateway dropped requests: higher rates say nothing more
     finally:
+        if profile is not None:
+            gateway.send_signal(signal.SIGINT)  # cProfile writes its stats on the way out
+            gateway.wait(timeout=60)
         for proc in (gateway, upstream):
             proc.terminate()
             proc.wait(timeout=10)
@@ -349,6 +363,11 @@ def main() -> None:
             f"so one core's ceiling is ~{1e3 / cost:,.0f} req/s of {args.tokens}-token streams "
             "(CPU time: robust to neighbours)"
         )
+    if profile is not None and profile.is_file():
+        import pstats
+
+        print(f"gateway profile: {profile} (top 25 by own time)")
+        pstats.Stats(str(profile)).sort_stats("tottime").print_stats(25)
     finish()
 
 

@@ -439,6 +439,13 @@ class GatewayUpstream(_Model):
     priority_field: bool = Field(False, description="send the tier's rank as `priority`")
     max_waiting: int = Field(0, ge=0, description="saturated while its queue holds more")
     max_kv_usage: Finite = Field(0.95, gt=0, le=1, description="... or its KV cache is this full")
+    max_num_seqs: int | None = Field(
+        None, ge=1, le=1_000_000, description="its capacity in sequences, counted by the gateway"
+    )
+    kv_cache_tokens: int | None = Field(None, ge=1, description="its KV capacity in tokens")
+    profile: str | None = Field(
+        None, min_length=1, description="a cost profile (YAML path or name) giving both"
+    )
 
 
 class GatewayDispatch(_Model):

@@ -11,7 +11,9 @@ while the client has seen nothing, an error event once it has.
 
 The client going away (aiohttp cancels the handler, or a write fails) closes the upstream
 connection, which is how vLLM, SGLang and TGI learn to abort a request, and is counted. The
-watcher task scrapes each upstream's /metrics (saturation) and probes /health of unhealthy ones.
+upstream side of a placed request (send, relay, failures) is forward.py's, mixed in; the
+watcher task (watch.py) scrapes each upstream's /metrics (saturation, and the correction of
+the gateway's own count: capacity.py) and probes /health of unhealthy ones.
 """
 
 from __future__ import annotations
@@ -27,22 +29,19 @@ from typing import Any
 import aiohttp
 import orjson
 from aiohttp import web
-from prometheus_client import Counter
+from prometheus_client import Counter, Gauge
 
 from reference_scheduler.core.job import Job
 from reference_scheduler.gateway.config import GatewayConfig
-from reference_scheduler.gateway.dispatcher import TIMING_HEADER, Dispatcher
+from reference_scheduler.gateway.dispatcher import Dispatcher
+from reference_scheduler.gateway.forward import Forwarding, _ClientGone
 from reference_scheduler.gateway.pool import Pool, Upstream
 from reference_scheduler.gateway.relay import (
-    SSE_HEADERS,
-    Events,
     Failure,
-    error_message,
-    upstream_body,
     upstream_headers,
-    usage_counts,
 )
 from reference_scheduler.gateway.tokens import TokenCounter
+from reference_scheduler.gateway.watch import Watcher
 from reference_scheduler.server.config import TenantEntry
 from reference_scheduler.server.http import openai_errors, serve_until_cancelled, start_app
 from reference_scheduler.server.metrics import GatewayMetrics
@@ -63,26 +62,11 @@ from reference_scheduler.server.requests import (
 log = logging.getLogger("reference_scheduler.gateway")
 
 
-class _ClientGone(Exception):
-    """The client closed its connection while the gateway was writing to it; `response` is the
-    one already started (the handler returns it, so nothing else is written)."""
-
-    def __init__(self, response: web.StreamResponse | None = None) -> None:
-        super().__init__("client gone")
-        self.response = response
-
-
-def _timing_header(job: Job) -> dict[str, str]:
-    """The gateway's queue record of `job` for the client (fairbench reads it into the record's
-    passed_over_ns / backlog_ns / queue_time_ns: the fairness figures' backlog, issue 33)."""
-    return {TIMING_HEADER: orjson.dumps(Dispatcher.timing(job)).decode()}
-
-
 class _NoUpstream(Exception):
     """No upstream became healthy within `queue_timeout_s` of the request's wait."""
 
 
-class Gateway:
+class Gateway(Forwarding):
     def __init__(self, config: GatewayConfig, clock: Callable[[], int] = time.perf_counter_ns):
         self.config = config
         self.server = config.server
@@ -95,8 +79,8 @@ class Gateway:
         self.ids = itertools.count()
         self.waiters: dict[int, asyncio.Future[None]] = {}
         self.session: aiohttp.ClientSession | None = None
+        self.watch = Watcher(self.pool, config.dispatch, self.keys, self.now, self.pump)
         self.watcher: asyncio.Task[None] | None = None
-        self.scrape_failing: set[int] = set()  # upstreams whose scrape failure was logged
         self.tokens = TokenCounter(config.spec.tokenizer)
         self.no_tokenize: set[int] = set()  # upstreams that answered /tokenize with 404
         # Bad input (a malformed body, a prompt that can never fit) is the client's error, not
@@ -105,6 +89,14 @@ class Gateway:
             "gateway_bad_requests",
             "Requests refused as malformed or impossible (4xx), by status",
             ["code"],
+            registry=self.metrics.registry,
+        )
+        # What admission counts against (capacity.py): the engine's sequences, the corrected
+        # figure, and its KV tokens; a series appears once its number is known.
+        self.capacity = Gauge(
+            "gateway_upstream_capacity",
+            "An upstream's capacity as the gateway counts it: seqs, effective_seqs, kv_tokens",
+            ["upstream", "kind"],
             registry=self.metrics.registry,
         )
 
@@ -126,7 +118,7 @@ class Gateway:
             connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
             auto_decompress=False,
         )
-        self.watcher = asyncio.create_task(self._watch())
+        self.watcher = asyncio.create_task(self.watch.run(self.session))
 
     async def stop(self) -> None:
         if self.watcher is not None:
@@ -151,10 +143,14 @@ class Gateway:
     async def _placed(self, job: Job) -> Upstream:
         """Wait until the job is placed. While no upstream is healthy it waits at most
         `queue_timeout_s` (then `_NoUpstream`); waiting for a busy healthy pool is admission's to
-        bound, not this."""
+        bound, not this. A job placed at once (the usual case below saturation) returns without
+        a future, a shield or a timer (about 5% of the gateway's Python time at 500 req/s, by
+        cProfile: benchmarks/bench_gateway.py --profile)."""
+        self.pump()
+        if job.status == "running":
+            return self.pool.upstreams[job.replica]
         waiter = asyncio.get_running_loop().create_future()
         self.waiters[job.id] = waiter
-        self.pump()
         limit = self.config.dispatch.queue_timeout_s
         while True:
             try:
@@ -367,285 +363,6 @@ class Gateway:
                     self.metrics.tokens.labels(job.tenant).inc(job.generated)
             self.pump()
 
-    def _failed(self, up: Upstream, failure: Failure) -> None:
-        self.metrics.upstream_errors.labels(up.name, failure.kind).inc()
-        if self.pool.failed(up, failure.kind, failure.health):
-            log.warning("upstream %s marked unhealthy after %s", up.name, failure.kind)
-
-    def _scrub(self, text: str) -> str:
-        for key in self.keys:
-            if key:
-                text = text.replace(key, "***")
-        return text
-
-    async def _open(
-        self, job: Job, up: Upstream, path: str, body: dict[str, Any], stream: bool
-    ) -> aiohttp.ClientResponse:
-        """Send the request; the response once its status is 200 (else a Failure, or the
-        upstream's 4xx as a BadRequest: that answer is the request's, not the upstream's)."""
-        assert self.session is not None
-        spec = up.spec
-        payload = upstream_body(
-            body,
-            spec.model or self.server.spec.model,
-            job.priority if spec.priority_field else None,
-            stream,
-        )
-        try:
-            resp = await self.session.post(
-                spec.url + path,
-                data=orjson.dumps(payload),
-                headers=upstream_headers(self.keys[up.index]),
-            )
-        except TimeoutError:  # aiohttp's connect timeout: the upstream never had the request
-            raise Failure("connect_timeout", "no connection", before_first_byte=True) from None
-        except aiohttp.ClientError as error:
-            raise Failure("connect", type(error).__name__, before_first_byte=True) from None
-        if resp.status == 200:
-            return resp
-        try:
-            raw = await resp.content.read(65536)
-        except (aiohttp.ClientError, TimeoutError):
-            raw = b""
-        finally:
-            resp.close()
-        status = resp.status
-        if status in (429, 503):
-            raise Failure("overloaded", str(status), before_first_byte=True, health=False)
-        if status in (401, 403):
-            raise Failure("auth", str(status), before_first_byte=True)
-        if 400 <= status < 500:
-            raise BadRequest(
-                status,
-                self._scrub(error_message(raw)),
-                "invalid_request_error",
-                code="upstream_rejected",
-            )
-        raise Failure("http_5xx", str(status), before_first_byte=True)
-
-    async def _whole(
-        self, job: Job, up: Upstream, path: str, body: dict[str, Any], asked: str
-    ) -> tuple[web.StreamResponse, str]:
-        """A non-streaming answer: its first byte is its last, so `total_timeout_s` bounds it."""
-        sent = self.now()
-        try:
-            async with asyncio.timeout(self.config.dispatch.total_timeout_s):
-                resp = await self._open(job, up, path, body, stream=False)
-                try:
-                    raw = await resp.read()
-                finally:
-                    resp.close()
-        except BadRequest as error:
-            self.pool.succeeded(up)
-            return error_response(error), "upstream_4xx"
-        except TimeoutError:
-            raise _slow("total_timeout_s") from None
-        except aiohttp.ClientError as error:
-            raise Failure("connect", type(error).__name__, before_first_byte=True) from None
-        except asyncio.CancelledError:
-            self.metrics.aborts.labels(up.name).inc()
-            raise
-        self.pool.succeeded(up)
-        self.metrics.first_byte.labels(up.name).observe((self.now() - sent) / 1e9)
-        with contextlib.suppress(orjson.JSONDecodeError):
-            obj = orjson.loads(raw)
-            if isinstance(obj, dict):
-                counts = usage_counts(obj.get("usage"))
-                if counts is not None:
-                    self.dispatcher.settle(job, self.now(), *counts)
-                if obj.get("model") != asked:  # what the client asked, never the upstream's
-                    obj["model"] = asked
-                    raw = orjson.dumps(obj)
-        return web.Response(
-            body=raw, status=200, content_type="application/json", headers=_timing_header(job)
-        ), "finished"
-
-    async def _stream(
-        self,
-        request: web.Request,
-        job: Job,
-        up: Upstream,
-        path: str,
-        body: dict[str, Any],
-        usage_on: bool,
-        asked: str,
-    ) -> tuple[web.StreamResponse, str]:
-        """A stream: `first_byte_timeout_s` bounds send -> first byte, `idle_timeout_s` each gap
-        between two chunks after it."""
-        sent = self.now()
-        resp: aiohttp.ClientResponse | None = None
-        try:
-            async with asyncio.timeout(self.config.dispatch.first_byte_timeout_s):
-                resp = await self._open(job, up, path, body, stream=True)
-                first = await resp.content.readany()
-        except BadRequest as error:
-            self.pool.succeeded(up)
-            return error_response(error), "upstream_4xx"
-        except TimeoutError:
-            if resp is not None:
-                resp.close()
-            raise _slow("first_byte_timeout_s") from None
-        except aiohttp.ClientError as error:
-            if resp is not None:
-                resp.close()
-            raise Failure("connect", type(error).__name__, before_first_byte=True) from None
-        except asyncio.CancelledError:
-            if resp is not None:
-                resp.close()
-            self.metrics.aborts.labels(up.name).inc()
-            raise
-        assert resp is not None
-        if not first:
-            resp.close()
-            raise Failure("mid_stream", "empty body", before_first_byte=True)
-        self.metrics.first_byte.labels(up.name).observe((self.now() - sent) / 1e9)
-        events = Events(keep_usage=usage_on, model=asked)
-        response = web.StreamResponse(headers={**SSE_HEADERS, **_timing_header(job)})
-        dispatcher = self.dispatcher
-        idle = self.config.dispatch.idle_timeout_s
-        chunk = first
-        try:
-            await self._write(response.prepare(request))
-            while chunk:
-                out = events.feed(chunk)
-                if events.tokens:
-                    dispatcher.charge_decode(job, self.now(), events.tokens)
-                if out:
-                    await self._write(response.write(out))
-                if events.done:
-                    break
-                async with asyncio.timeout(idle):
-                    chunk = await resp.content.readany()
-        except _ClientGone:
-            resp.close()
-            self.metrics.aborts.labels(up.name).inc()
-            raise _ClientGone(response) from None
-        except asyncio.CancelledError:
-            resp.close()
-            self.metrics.aborts.labels(up.name).inc()
-            raise
-        except TimeoutError:
-            return await self._broken(response, resp, up, "idle_timeout", health=False)
-        except aiohttp.ClientError:
-            return await self._broken(response, resp, up, "mid_stream")
-        if not events.done:
-            return await self._broken(response, resp, up, "mid_stream")
-        self.pool.succeeded(up)
-        counts = usage_counts(events.usage)
-        if counts is not None:
-            dispatcher.settle(job, self.now(), *counts)
-        if events.error is not None:
-            self.metrics.upstream_errors.labels(up.name, "in_stream").inc()
-        with contextlib.suppress(ConnectionResetError):
-            await response.write_eof()
-        await self._drain(resp)
-        return response, "error" if events.error is not None else "finished"
-
-    @staticmethod
-    async def _write(write: Any) -> None:
-        """A write to the client; its connection being gone is `_ClientGone`, never confused
-        with the upstream's connection failing."""
-        try:
-            await write
-        except ConnectionResetError:
-            raise _ClientGone() from None
-
-    @staticmethod
-    async def _drain(resp: aiohttp.ClientResponse) -> None:
-        """Read the upstream's last bytes after [DONE] (the chunked terminator), so its
-        connection goes back to the pool instead of being closed; briefly, then give up."""
-        try:
-            if not resp.content.at_eof():
-                async with asyncio.timeout(1.0):
-                    await resp.content.read()
-            resp.release()
-        except (aiohttp.ClientError, TimeoutError):
-            resp.close()
-
-    async def _broken(
-        self,
-        response: web.StreamResponse,
-        resp: aiohttp.ClientResponse,
-        up: Upstream,
-        kind: str,
-        health: bool = True,
-    ) -> tuple[web.StreamResponse, str]:
-        """The upstream failed after the client saw bytes: one error event, then the end (a
-        stall, `health=False`, is slow, not broken: it does not count against the upstream)."""
-        resp.close()
-        self._failed(up, Failure(kind, kind, before_first_byte=False, health=health))
-        error = {
-            "error": {
-                "message": f"upstream failed mid-stream: {kind}",
-                "type": "server_error",
-                "param": None,
-                "code": 502,
-            }
-        }
-        with contextlib.suppress(ConnectionResetError):
-            await response.write(b"\n\ndata: " + orjson.dumps(error) + b"\n\n")
-            await response.write_eof()
-        return response, "error"
-
-    # -------------------------------------------------------------- the watcher
-
-    async def _watch(self) -> None:
-        """Scrape each upstream's /metrics and probe unhealthy ones, each on its own interval."""
-        d = self.config.dispatch
-        tick = min(d.scrape_interval_s, d.probe_interval_s)
-        scrape_due = [0] * len(self.pool.upstreams)
-        probe_due = [0] * len(self.pool.upstreams)
-        while True:
-            now = self.now()
-            jobs = []
-            for up in self.pool.upstreams:
-                if up.scraped and now >= scrape_due[up.index]:
-                    scrape_due[up.index] = now + int(d.scrape_interval_s * 1e9)
-                    jobs.append(self._scrape(up))
-                if not up.healthy and now >= probe_due[up.index]:
-                    probe_due[up.index] = now + int(d.probe_interval_s * 1e9)
-                    jobs.append(self._probe(up))
-            if jobs:
-                await asyncio.gather(*jobs, return_exceptions=True)
-                self.pump()
-            await asyncio.sleep(tick)
-
-    async def _get(self, up: Upstream, path: str) -> tuple[int, str]:
-        assert self.session is not None
-        headers = upstream_headers(self.keys[up.index])
-        timeout = aiohttp.ClientTimeout(total=self.config.dispatch.connect_timeout_s * 2)
-        async with self.session.get(up.spec.url + path, headers=headers, timeout=timeout) as resp:
-            return resp.status, await resp.text()
-
-    async def _scrape(self, up: Upstream) -> None:
-        why = ""
-        try:
-            status, text = await self._get(up, "/metrics")
-            if status == 200:
-                self.pool.read_scrape(up, text, self.now())
-            else:
-                why = f"HTTP {status}"
-        except (aiohttp.ClientError, TimeoutError) as error:
-            why = type(error).__name__
-        if why and up.index not in self.scrape_failing:
-            self.scrape_failing.add(up.index)
-            log.warning(
-                "upstream %s: /metrics scrape failed (%s); it counts as saturated once its last "
-                "good scrape is older than stale_after_s (engine: none turns scraping off)",
-                up.name,
-                why,
-            )
-        elif not why:
-            self.scrape_failing.discard(up.index)
-
-    async def _probe(self, up: Upstream) -> None:
-        with contextlib.suppress(aiohttp.ClientError, TimeoutError, asyncio.TimeoutError):
-            status, _ = await self._get(up, "/health")
-            if status == 200:
-                up.healthy = True
-                up.failures = 0
-                log.warning("upstream %s is healthy again", up.name)
-
     # -------------------------------------------------------------- the rest
 
     async def models(self, request: web.Request) -> web.Response:
@@ -669,13 +386,16 @@ class Gateway:
         self.metrics.refresh(self.dispatcher)
         self.metrics.depth.set(self.dispatcher.waiting())
         self.metrics.refresh_pool(self.pool, self.now())
+        for up in self.pool.upstreams:
+            cap = up.capacity
+            for kind, value in (
+                ("seqs", cap.seqs),
+                ("effective_seqs", cap.effective_seqs),
+                ("kv_tokens", cap.kv_tokens),
+            ):
+                if value is not None:
+                    self.capacity.labels(up.name, kind).set(value)
         return web.Response(body=self.metrics.render(), content_type="text/plain", charset="utf-8")
-
-
-def _slow(limit: str) -> Failure:
-    """A timeout once the upstream has the request: answered 504, never retried (the work may
-    be under way there), and not held against the upstream's health."""
-    return Failure("timeout", f"{limit} passed", before_first_byte=True, health=False, retry=False)
 
 
 GATEWAY = web.AppKey("gateway", Gateway)

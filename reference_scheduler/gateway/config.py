@@ -12,6 +12,9 @@ slo_classes, max_tokens_limit) plus where admitted requests go:
                                        # echoed to a client, logged or put on /metrics
         max_inflight: 64               # requests in flight to it, at most
         max_inflight_tokens: 200000    # optional: prompt + max_tokens in flight, at most
+        max_num_seqs: 64               # optional: the engine's capacity (capacity.py), counted
+        kv_cache_tokens: 524288        # by the gateway itself: sequences, and KV blocks x size
+        profile: gpu0.yaml             # ... or read from a cost profile (`fairbench profile`)
         priority_field: true           # send the tier's rank as the engine's `priority`
         max_waiting: 0                 # saturated while its own queue holds more than this
         max_kv_usage: 0.95             # ... or its KV cache is at least this full
@@ -47,6 +50,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from reference_scheduler.core.validation import lines_from
+from reference_scheduler.gateway.capacity import from_profile
 from reference_scheduler.scheduler.config import SchedulerConfigError
 from reference_scheduler.server.config import ServerConfig, ServerSpec, parse_server_config
 
@@ -72,6 +76,9 @@ class UpstreamSpec(BaseModel):
     priority_field: bool = False
     max_waiting: int = Field(0, ge=0)
     max_kv_usage: float = Field(0.95, gt=0, le=1, allow_inf_nan=False)
+    max_num_seqs: int | None = Field(None, ge=1, le=1_000_000)
+    kv_cache_tokens: int | None = Field(None, ge=1)
+    profile: str | None = Field(None, min_length=1)
 
     @field_validator("url")
     @classmethod
@@ -142,6 +149,14 @@ def parse_gateway_config(data: Any) -> GatewayConfig:
     for i, up in enumerate(spec.upstreams):
         if up.api_key_env is not None and not os.environ.get(up.api_key_env):
             problems.append(f"upstreams[{i}].api_key_env: environment variable is not set")
+        if up.profile is not None:
+            try:
+                from_profile(up.profile)
+            except ValueError as error:
+                problems.append(
+                    f"upstreams[{i}].profile: {error}; name a `fairbench profile` YAML or a "
+                    "shipped profile, or give max_num_seqs and kv_cache_tokens instead"
+                )
     if spec.tokenizer not in ("estimate", "upstream"):
         try:
             from tokenizers import Tokenizer

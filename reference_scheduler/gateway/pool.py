@@ -6,19 +6,28 @@ all of these hold:
 - it is healthy (`fail_after` consecutive failures mark it unhealthy; a probe of its /health
   brings it back),
 - it is not saturated by its own account: its last /metrics scrape shows no more than
-  `max_waiting` queued requests and KV usage below `max_kv_usage`, and that scrape is younger
-  than `stale_after_s` (a scrape that is too old, or never succeeded, counts as saturated —
-  not knowing is not room),
-- fewer than `max_inflight` requests are in flight to it, and the job's prompt + max_tokens fit
-  in `max_inflight_tokens` if that is set.
-Among those, `choose` takes the least loaded (in-flight ÷ max_inflight); ties go to the lowest
-index, so the choice is deterministic. Nothing here reads a clock: callers pass `now_ns`.
+  `max_waiting` queued requests and KV usage below `max_kv_usage`. Where its sequence capacity
+  is not known (capacity.py), that scrape must also be younger than `stale_after_s` (a scrape
+  that is too old, or never succeeded, counts as saturated: not knowing is not room); where it
+  is known, the gateway's own count is in charge and a stale scrape only stops correcting it,
+- fewer requests are in flight to it than `max_inflight` and its (corrected) `max_num_seqs`,
+  and the job's prompt + reserved output fit in `max_inflight_tokens` if that is set and in
+  `max_kv_usage` of its KV tokens if those are known (a job larger than the whole KV budget
+  goes alone, so it is never stuck).
+Among those, `choose` takes the least loaded (in flight ÷ its request limit); ties go to the
+lowest index, so the choice is deterministic. Nothing here reads a clock: callers pass `now_ns`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from reference_scheduler.gateway.capacity import (
+    CACHE_INFO,
+    Capacity,
+    from_profile,
+    vllm_kv_tokens,
+)
 from reference_scheduler.gateway.config import SATURATION_SERIES, DispatchSpec, UpstreamSpec
 
 
@@ -35,6 +44,20 @@ class Upstream:
     waiting: float = 0.0
     kv_usage: float = 0.0
     errors: dict[str, int] = field(default_factory=dict)
+    capacity: Capacity = field(default_factory=Capacity)
+
+    def __post_init__(self) -> None:
+        spec = self.spec
+        if spec.max_num_seqs is not None:
+            self.capacity.set_seqs(spec.max_num_seqs, "max_num_seqs")
+        if spec.kv_cache_tokens is not None:
+            self.capacity.set_kv(spec.kv_cache_tokens, "kv_cache_tokens")
+        if spec.profile is not None:
+            seqs, kv = from_profile(spec.profile)  # the config checked it reads
+            if seqs is not None:
+                self.capacity.set_seqs(seqs, f"profile {spec.profile}")
+            if kv is not None:
+                self.capacity.set_kv(kv, f"profile {spec.profile}")
 
     @property
     def scraped(self) -> bool:
@@ -45,18 +68,27 @@ class Upstream:
         if not self.scraped:
             return None
         if self.scraped_ns is None or now_ns - self.scraped_ns > stale_ns:
-            return "stale"
+            # with its capacity known the count is in charge: an old scrape corrects nothing
+            return None if self.capacity.known else "stale"
         if self.waiting > self.spec.max_waiting:
             return "waiting"
         if self.kv_usage >= self.spec.max_kv_usage:
             return "kv"
         return None
 
+    @property
+    def limit(self) -> int:
+        """Requests that may be in flight to it now."""
+        return self.capacity.seq_limit(self.spec.max_inflight)
+
     def fits(self, cost: int) -> bool:
-        if self.inflight >= self.spec.max_inflight:
+        if self.inflight >= self.limit:
             return False
         limit = self.spec.max_inflight_tokens
-        return limit is None or self.inflight_tokens + cost <= limit
+        if limit is not None and self.inflight_tokens + cost > limit:
+            return False
+        kv = self.capacity.kv_budget(self.spec.max_kv_usage)
+        return kv is None or self.inflight_tokens + cost <= kv or self.inflight == 0
 
     @property
     def slots(self) -> int:
@@ -65,7 +97,7 @@ class Upstream:
 
     @property
     def load(self) -> float:
-        return self.inflight / self.spec.max_inflight
+        return self.inflight / self.limit
 
 
 class Pool:
@@ -78,7 +110,7 @@ class Pool:
 
     @property
     def capacity(self) -> int:
-        return sum(u.spec.max_inflight for u in self.upstreams)
+        return sum(u.limit for u in self.upstreams)
 
     def largest_token_budget(self) -> int | None:
         """The most tokens any upstream can take at once (None: some upstream has no limit)."""
@@ -124,10 +156,12 @@ class Pool:
         up.failures = 0
 
     def read_scrape(self, up: Upstream, text: str, now_ns: int) -> None:
-        """Read the saturation series from an exposition text (only the lines named)."""
+        """Read the saturation series from an exposition text (only the lines named), vLLM's
+        KV size the first time it is there, and correct the upstream's capacity by them."""
         waiting_name, kv_name = SATURATION_SERIES.get(up.spec.engine, ("", None))
         waiting = 0.0
         kv = 0.0
+        learn = up.spec.engine == "vllm" and up.capacity.kv_tokens is None
         for line in text.splitlines():
             if not line or line[0] == "#":
                 continue
@@ -136,7 +170,13 @@ class Pool:
                 waiting += _value(line)
             elif kv_name is not None and name == kv_name:
                 kv = max(kv, _value(line))
+            elif learn and name == CACHE_INFO:
+                tokens = vllm_kv_tokens(line)
+                if tokens is not None:
+                    up.capacity.set_kv(tokens, f"/metrics {CACHE_INFO}")
+                    learn = False
         up.waiting, up.kv_usage, up.scraped_ns = waiting, kv, now_ns
+        up.capacity.correct(waiting, up.spec.max_waiting, kv >= up.spec.max_kv_usage, up.inflight)
 
 
 def _value(line: str) -> float:
