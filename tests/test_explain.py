@@ -139,3 +139,16 @@ def test_cli_json_writes_explain_json(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as bad:
         main(["explain", str(a), str(b), "--metric", "tpot_p50"])
     assert bad.value.code == 2
+
+
+def test_priority_evidence_names_the_bursting_tenant() -> None:
+    """Who overtook the tail, and how bursty: vip sends for 2 s of every 10, so its busiest
+    second is ~5x its mean (10 s bins would read ~1.5x and hide the burst)."""
+    evidence = next(
+        c["evidence"]
+        for c in _explained(HELD_OUT[0], "priority_without_fairness")["causes"]
+        if c["name"] == "priority_without_fairness"
+    )
+    found = re.search(r"most overtaking by (\S+) .*busiest 1 s ([0-9.]+)×", evidence)
+    assert found, evidence
+    assert found.group(1) == "vip" and float(found.group(2)) >= 3, evidence
