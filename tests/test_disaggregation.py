@@ -138,6 +138,7 @@ def test_jitter_moves_the_tail_into_transfer() -> None:
         ({"bandwidth": "fast"}, "bandwidth"),
         ({"jitter": {"dist": "lognormal", "median": "2ms"}}, "jitter"),
         ({"latency": "-1ms"}, "latency"),
+        ({"jitter": {"dist": "constant", "value": "1ms", "share": 1.5}}, "share"),
     ],
 )
 def test_bad_kv_transfer_is_one_line_naming_the_field(patch: dict, field: str) -> None:
