@@ -138,6 +138,7 @@ def test_jitter_moves_the_tail_into_transfer() -> None:
         ({"bandwidth": "fast"}, "bandwidth"),
         ({"jitter": {"dist": "lognormal", "median": "2ms"}}, "jitter"),
         ({"latency": "-1ms"}, "latency"),
+        ({"jitter": {"dist": "constant", "value": "1ms", "share": 1.5}}, "share"),
     ],
 )
 def test_bad_kv_transfer_is_one_line_naming_the_field(patch: dict, field: str) -> None:
@@ -146,3 +147,88 @@ def test_bad_kv_transfer_is_one_line_naming_the_field(patch: dict, field: str) -
         parse_scheduler_config(block)
     assert len(error.value.lines) == 1
     assert field in error.value.lines[0]
+
+
+def _hand_link(jobs: list[Job], bandwidth: float, latency_ns: int) -> dict[int, int]:
+    """The KV link by hand: one prefill replica, one FIFO link; transfers in the order their
+    prefills ended (ties: admission order), each leaving when the link is free and taking its
+    bytes / bandwidth, then latency. Returns each job's link-free time + latency (no jitter)."""
+    sent = sorted(
+        (j for j in jobs if j.kv_arrived_ns >= 0), key=lambda j: (j.prefill_done_ns, j.admit_ns)
+    )
+    free, out = 0, {}
+    for job in sent:
+        start = max(job.prefill_done_ns, free)
+        free = start + round(job.prompt_tokens * KV_BYTES / bandwidth * 1e9)
+        out[job.id] = free + latency_ns
+    return out
+
+
+def test_simulated_transfers_queue_on_the_link_as_by_hand() -> None:
+    """A slow link (2 GB/s: a 4,000-token prompt's 524 MB hold it 262 ms) so transfers queue
+    behind each other; with a constant 3 ms jitter every KV arrives exactly when the hand
+    computation says, and some waited for the link (the queueing is exercised)."""
+    block = {
+        **BLOCK,
+        "disaggregation": {
+            **BLOCK["disaggregation"],
+            "kv_transfer": {
+                "bandwidth": "2GB/s",
+                "latency": "1ms",
+                "jitter": {"dist": "constant", "value": "3ms"},
+            },
+        },
+    }
+    result = simulate(_jobs(), parse_scheduler_config(block))
+    hand = _hand_link(result.jobs, 2e9, 1_000_000)
+    assert hand
+    queued = 0
+    for job in result.jobs:
+        if job.id in hand:
+            assert job.kv_arrived_ns == hand[job.id] + 3_000_000, job.id
+            own = round(job.prompt_tokens * KV_BYTES / 2e9 * 1e9) + 4_000_000
+            queued += job.kv_arrived_ns - job.prefill_done_ns > own
+    assert queued > 10
+
+
+def test_simulated_jitter_is_what_the_hand_link_leaves() -> None:
+    """Uniform 10-30 ms jitter: what each transfer took beyond the hand computation (queue,
+    bytes, latency) lies in [10, 30] ms, and its mean is near 20 ms."""
+    block = {
+        **BLOCK,
+        "disaggregation": {
+            **BLOCK["disaggregation"],
+            "kv_transfer": {
+                "bandwidth": "50GB/s",
+                "latency": "1ms",
+                "jitter": {"dist": "uniform", "low": "10ms", "high": "30ms"},
+            },
+        },
+    }
+    result = simulate(_jobs(), parse_scheduler_config(block))
+    hand = _hand_link(result.jobs, 50e9, 1_000_000)
+    extra = np.array([j.kv_arrived_ns - hand[j.id] for j in result.jobs if j.id in hand]) / 1e6
+    assert len(extra) > 250
+    assert extra.min() >= 10 - 1e-6 and extra.max() <= 30 + 1e-6
+    assert np.mean(extra) == pytest.approx(20, abs=1.5)
+
+
+def test_jitter_share_is_a_rare_stall() -> None:
+    """`share`: that share of transfers stall (uniform 150-400 ms here), the rest get `min`."""
+    spec = KvTransferSpec(
+        jitter={"dist": "uniform", "low": "150ms", "high": "400ms", "share": 0.004, "min": "1ms"}
+    )
+    draws = spec.jitter.sample_s(np.random.default_rng(7), 500_000)  # type: ignore[union-attr]
+    stalled = draws > 0.001
+    assert (draws[~stalled] == 0.001).all()
+    assert draws[stalled].min() >= 0.15 and draws[stalled].max() <= 0.4
+    # binomial: 2,000 expected, sd ~45
+    assert abs(int(stalled.sum()) - 2000) < 200
+
+
+def test_jitter_without_share_draws_as_before() -> None:
+    """No `share`: the same draws as the distribution alone (configs written before it keep
+    their transfers, and the golden runs their bytes)."""
+    spec = KvTransferSpec(jitter={"dist": "uniform", "low": "1ms", "high": "3ms"})
+    draws = spec.jitter.sample_s(np.random.default_rng(3), 1000)  # type: ignore[union-attr]
+    assert np.array_equal(draws, np.random.default_rng(3).uniform(0.001, 0.003, 1000))

@@ -389,7 +389,9 @@ def explain(
 
 def _overtakers(run: Run, rows: np.ndarray) -> str:
     """Which tenant's requests overtook the tail requests most (prompt tokens), and its burst:
-    its busiest 10 s against its mean rate."""
+    its busiest second against its mean rate. A second, not ten: bursts of a few seconds (the
+    incident's vip sends for 2 s of every 10) average out in 10 s bins (1.5x where the 1 s bins
+    read 5x)."""
     if not len(rows):
         return "no tail"
     arrive = run.col("t_intended_ns")
@@ -405,6 +407,6 @@ def _overtakers(run: Run, rows: np.ndarray) -> str:
     top = max(sorted(counts), key=lambda k: counts[k])
     t = arrive[tenants == top] / 1e9
     span = t.max() - t.min() if len(t) > 1 else 0.0
-    bins = np.histogram(t, bins=max(int(span // 10), 1))[0] if span > 0 else np.array([len(t)])
+    bins = np.histogram(t, bins=max(int(span), 1))[0] if span > 0 else np.array([len(t)])
     burst = bins.max() / bins.mean() if bins.mean() > 0 else math.nan
-    return f"most overtaking by {top} ({counts[top]} overtakes; busiest 10 s {burst:.1f}× its mean)"
+    return f"most overtaking by {top} ({counts[top]} overtakes; busiest 1 s {burst:.1f}× its mean)"

@@ -24,6 +24,10 @@ its own request and not the ones behind it — the incident's "light spots": a f
 late while the median is untouched. Jitter is any of the scenario's length distributions with
 durations as values (`constant`, `uniform`, `normal`, `lognormal` by median and p99,
 `exponential`), drawn from its own seeded stream so the same config gives the same transfers.
+`share` (0 to 1) makes it a rare stall: that share of transfers draws from the distribution and
+the rest get none (then `min`, if set), so a link can be quiet for 99.6% of requests and stall
+the others by hundreds of ms (`{dist: uniform, low: 150ms, high: 400ms, share: 0.004, min:
+1ms}`) — a tail no unimodal distribution gives without moving its median too.
 
 This module knows nothing of fairbench (reference_scheduler never imports it), so it reads its
 own units: bandwidth `B/s`, `KB/s`, `MB/s`, `GB/s` (decimal) or a number of bytes per second;
@@ -94,6 +98,7 @@ class JitterSpec(BaseModel):
     p99: float | None = None
     min: float | None = None
     max: float | None = None
+    share: float | None = Field(None, ge=0, le=1, description="share of transfers that stall")
 
     @field_validator(*_DURATION_FIELDS, mode="before")
     @classmethod
@@ -119,7 +124,8 @@ class JitterSpec(BaseModel):
         return self
 
     def sample_s(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        """n draws in seconds, clipped to [min, max] and at 0 (a stall is never negative)."""
+        """n draws in seconds, clipped to [min, max] and at 0 (a stall is never negative); with
+        `share`, each draw is kept with that probability (one uniform each) and 0 otherwise."""
         if self.dist == "constant":
             out = np.full(n, self.value, dtype=float)
         elif self.dist == "uniform":
@@ -131,6 +137,8 @@ class JitterSpec(BaseModel):
         else:
             sigma = math.log(self.p99 / self.median) / 2.3263478740408408  # type: ignore[operator]
             out = rng.lognormal(math.log(self.median), sigma, n)  # type: ignore[arg-type]
+        if self.share is not None:
+            out = np.where(rng.random(n) < self.share, out, 0.0)
         lo = 0.0 if self.min is None else self.min
         return np.clip(out, lo, np.inf if self.max is None else self.max)
 
