@@ -124,11 +124,14 @@ class Vtc(BasePolicy):
                 self._last_left = job.tenant
 
     def charge(self, job: Job, now_ns: int, prefill: int = 0, decode: int = 0) -> None:
-        if job.tenant not in self.counters:
+        # called per tenant per decode step: `_weight` inlined, the same float operations
+        tenant = job.tenant
+        counters = self.counters
+        if tenant not in counters:
             return
-        self.counters[job.tenant] += (
+        counters[tenant] += (
             self.input_price * prefill + self.output_price * decode
-        ) / self._weight(job)
+        ) / self.weights.get(tenant, job.weight)
 
     def stats(self) -> Mapping[str, float]:
         out = dict(super().stats())
