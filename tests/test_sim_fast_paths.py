@@ -114,3 +114,14 @@ def test_progress_and_trace_change_nothing(policy: str, extra: dict) -> None:
     assert run(progress=lambda ended, now: told.append((ended, now))) == plain
     assert told and told[-1][0] == 600
     assert all(a[1] <= b[1] for a, b in itertools.pairwise(told))  # virtual time only moves on
+
+
+def test_the_bar_says_draining_past_the_plan_span() -> None:
+    """Past the last send the simulator still finishes what is in flight (up to the grace):
+    the bar says so instead of 'virtual 36.2 of 20.0 s · ETA 0 s'."""
+    from fairbench.run.measure import SimCounters
+
+    c = SimCounters(planned=10, span_s=20.0, virtual_s=5.0, eta_s=3.0)
+    assert c.line == "simulating · virtual 5.0 of 20.0 s · ETA 3 s"
+    c.virtual_s = 36.2
+    assert c.line == "simulating · virtual 36.2 s · draining past the plan's 20.0 s"
