@@ -125,3 +125,22 @@ def test_the_bar_says_draining_past_the_plan_span() -> None:
     assert c.line == "simulating · virtual 5.0 of 20.0 s · ETA 3 s"
     c.virtual_s = 36.2
     assert c.line == "simulating · virtual 36.2 s · draining past the plan's 20.0 s"
+
+
+def test_vtc_charge_decode_is_the_charge_loop_bit_for_bit() -> None:
+    """Weights and prices that do not divide evenly: the sums must still match exactly."""
+    from reference_scheduler.policies.vtc import Vtc
+
+    rng = random.Random(7)
+    weights = {f"t{k}": rng.choice([1.0, 3.0, 0.7, 2.5]) for k in range(5)}
+    a, b = Vtc(1.3, 2.1, weights), Vtc(1.3, 2.1, weights)
+    jobs = [Job(k, f"t{k % 6}", "c", 10, 10, 0, weight=1.9) for k in range(6)]  # t5: no weight
+    for policy in (a, b):
+        for job in jobs[:5]:
+            policy.enqueue(job, 0)
+    for step in range(3000):
+        entries = [[rng.randint(1, 300), job] for job in rng.sample(jobs, rng.randint(1, 6))]
+        for count, job in entries:
+            a.charge(job, step, 0, count)
+        b.charge_decode(entries, step)
+    assert a.counters == b.counters and all(v > 0 for v in a.counters.values())

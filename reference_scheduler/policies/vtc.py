@@ -24,7 +24,7 @@ over backlogged tenants (tenants are few; jobs can be many).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 from reference_scheduler.core.job import Job
@@ -132,6 +132,19 @@ class Vtc(BasePolicy):
         counters[tenant] += (
             self.input_price * prefill + self.output_price * decode
         ) / self.weights.get(tenant, job.weight)
+
+    def charge_decode(self, entries: Iterable[list], now_ns: int) -> None:
+        """One decode step's charges, `charge(job, now_ns, 0, count)` for each [count, job] of
+        `entries` (a replica's decoding tenants), in that order and with the same float
+        operations, without a call per tenant: the engine's per-step cost (issue 35)."""
+        counters = self.counters
+        weights = self.weights
+        zero = self.input_price * 0
+        price = self.output_price
+        for count, job in entries:
+            tenant = job.tenant
+            if tenant in counters:
+                counters[tenant] += (zero + price * count) / weights.get(tenant, job.weight)
 
     def stats(self) -> Mapping[str, float]:
         out = dict(super().stats())

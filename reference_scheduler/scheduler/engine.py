@@ -135,6 +135,10 @@ class Engine:
                 rep.decode_ends = deque(maxlen=1)  # type: ignore[assignment]
         self.policy.bind(config.replicas * self.profile.max_num_seqs)
         self._uses_charge = bool(getattr(self.policy, "uses_charge", True))
+        # optional: a policy may take a decode step's charges in one call (same order and sums)
+        self._charge_decode = (
+            getattr(self.policy, "charge_decode", None) if self._uses_charge else None
+        )
         self._seq = 0
         self.passover = PassOver()  # who an admission pass left waiting (contention)
         noise = StepNoise.per_replica(
@@ -541,7 +545,9 @@ class Engine:
             rep.decoding = k + 1
             rep.decode_ends.append(end)
             rep.context += decoding
-            if self._uses_charge:
+            if self._charge_decode is not None:  # the policy's loop, one call (vtc, lcf)
+                self._charge_decode(rep.tenant_decode.values(), end)
+            elif self._uses_charge:
                 charge = self.policy.charge
                 for count, job in rep.tenant_decode.values():
                     charge(job, end, 0, count)
