@@ -5,7 +5,9 @@
    (1.92M requests), one core. Each policy (FIFO, DWRR, VTC, tiers) runs in a fresh process
    so its peak RSS is its own; the table gives the whole run's wall (imports, plan, simulation,
    records, summary, report), its req/s, the engine alone (`simulate`, timed inside the same
-   run) and the ratio of end to end to the engine alone. Isolation's solo arms are off, as
+   run), the ratio of end to end to the engine alone, and the CPU seconds of the whole run and
+   of the engine (on a shared, loaded machine wall time counts the neighbours; CPU time is the
+   steadier reading) with requests per CPU second. Isolation's solo arms are off, as
    `analysis.isolation: auto` has them at this size. Target (issue 35): >= 100,000 req/s end
    to end, peak RSS <= 2 GB; the first policy is the baseline the others are a ratio to.
 2. Policy decision cost vs queue depth (10^2 … 10^6 waiting jobs): one enqueue + one dequeue at
@@ -38,7 +40,7 @@ FLEET = Path(__file__).resolve().parent.parent / "scenarios" / "fleet-80.yaml"
 def one_run(policy: str, minutes: float, out: Path) -> dict[str, float]:
     """One end-to-end fleet run in this process (a fresh one: the caller spawns it), timed by
     stage; the engine's own time is read by wrapping the `simulate` that run_sim calls."""
-    start = time.perf_counter()
+    start, cpu0 = time.perf_counter(), time.process_time()
     import yaml
 
     import fairbench.targets.sim as sim_target
@@ -53,15 +55,16 @@ def one_run(policy: str, minutes: float, out: Path) -> dict[str, float]:
     data["scheduler"]["policy"] = policy
     data["analysis"] = {"isolation": "off"}
     scn = parse_scenario(data, str(FLEET), FLEET.parent)
-    engine = {"s": 0.0}
+    engine = {"s": 0.0, "cpu_s": 0.0}
     simulate = sim_target.simulate
 
     def timed(*args: object, **kwargs: object) -> object:
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         try:
             return simulate(*args, **kwargs)  # type: ignore[arg-type]
         finally:
             engine["s"] += time.perf_counter() - t
+            engine["cpu_s"] += time.process_time() - c
 
     sim_target.simulate = timed  # type: ignore[assignment]
     outcome = run_scenario(scn, RunOptions(out=out / policy, progress=False))
@@ -75,6 +78,10 @@ def one_run(policy: str, minutes: float, out: Path) -> dict[str, float]:
         "engine_s": engine["s"],
         "run_s": ran - imported,
         "report_s": done - ran,
+        # CPU seconds of this process (the solo arms' processes are off here): on a shared,
+        # loaded machine wall time counts the neighbours, CPU time much less
+        "cpu_s": time.process_time() - cpu0,
+        "engine_cpu_s": engine["cpu_s"],
         "rss_mb": peak_rss_mb(),
     }
 
@@ -103,6 +110,8 @@ def sim_speed(policies: list[str], minutes: float) -> None:
                     f"{r['engine_s']:.1f}",
                     f"{core:,.0f}",
                     f"{speed / core:.2f}",
+                    f"{r['cpu_s']:.1f} / {r['engine_cpu_s']:.1f}",
+                    f"{r['requests'] / r['cpu_s']:,.0f}",
                     f"{r['import_s']:.1f} / {r['run_s'] - r['engine_s']:.1f} / {r['report_s']:.1f}",
                     f"{r['rss_mb']:,.0f}",
                     f"{speed / base:.2f}",
@@ -123,6 +132,8 @@ def sim_speed(policies: list[str], minutes: float) -> None:
             "engine s",
             "engine req/s",
             "end to end ÷ engine",
+            "CPU s: all / engine",
+            "req/CPU s",
             "import / plan+records+summary / report s",
             "peak RSS MB",
             "ratio to first",

@@ -12,13 +12,18 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from fairbench.workload.errors import ScenarioError
-from fairbench.workload.loading import load_scenario, parse_scenario, read_yaml
-from fairbench.workload.models import Scenario
+
+if TYPE_CHECKING:
+    from fairbench.workload.models import Scenario
+
+# The scenario model (pydantic, numpy) is imported by the functions that read a scenario, not
+# here: every command imports this module, and `fairbench --help` must not pay for the model
+# (issue 35: about 0.3 s of CPU, most of the help's time).
 
 
 class UsageFailure(Exception):
@@ -35,6 +40,8 @@ class UsageFailure(Exception):
 def read_document(file: Path) -> dict[str, Any]:
     """The scenario file as a validated YAML mapping (the file is checked as a scenario first,
     so that a problem in the file is blamed on the file, before any override is applied)."""
+    from fairbench.workload.loading import load_scenario, read_yaml
+
     load_scenario(file)
     data = read_yaml(file.read_text(encoding="utf-8"))
     assert isinstance(data, dict)  # load_scenario refused anything else
@@ -57,6 +64,8 @@ def _rendered(path: list[str | int]) -> str:
 def _sections(raw: dict[str, Any]) -> dict[str, set[str]]:
     """The fields each top-level section can hold, for 'did you mean' hints."""
     from pydantic import BaseModel
+
+    from fairbench.workload.models import Scenario
 
     found: dict[str, set[str]] = {}
     for name, info in Scenario.model_fields.items():
@@ -82,6 +91,8 @@ def apply_overrides(
     and each override's field path as validation errors write it. Tenants are addressed by id
     or index (`tenants.support-bot.weight=3`), workloads by name."""
     from fairbench.decide.sweep import set_path  # lazily: decide pulls in the analysis stack
+    from fairbench.workload.loading import read_yaml
+    from fairbench.workload.models import Scenario
 
     data = json.loads(json.dumps(raw))
     placed: list[str] = []
@@ -138,6 +149,8 @@ def scenario_with(
     file: Path, items: list[str] | None, flag: str, raw: dict[str, Any] | None = None
 ) -> tuple[dict[str, Any], Scenario]:
     """The scenario `file` with `items` applied by `flag`, as (document, validated scenario)."""
+    from fairbench.workload.loading import parse_scenario
+
     raw = read_document(file) if raw is None else raw
     items = list(items or [])
     if not items:

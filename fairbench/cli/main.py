@@ -23,8 +23,10 @@ from rich.table import Table
 
 from fairbench._version import __version__
 from fairbench.cli.inputs import SET_HELP, UsageFailure, scenario_with
-from fairbench.workload.scenario import ScenarioError, json_schema, load_scenario
-from fairbench.workload.traces import TraceError
+from fairbench.workload.errors import ScenarioError
+
+# The scenario model and the trace readers (pydantic, numpy) are imported by the commands that
+# use them: `fairbench --help` and a flag's one-line refusal must not pay for them (issue 35).
 
 PROG = "fairbench"
 app = typer.Typer(
@@ -70,6 +72,9 @@ def validate(
     files: Annotated[list[Path], typer.Argument(help="scenario files", metavar="FILE")],
 ) -> None:
     """Check scenario files (and the traces they replay); print one line per problem."""
+    from fairbench.workload.scenario import load_scenario
+    from fairbench.workload.traces import TraceError
+
     bad = 0
     for path in files:
         try:
@@ -98,6 +103,8 @@ def validate(
 @app.command()
 def schema() -> None:
     """Print the JSON Schema of the scenario format (for editor autocompletion)."""
+    from fairbench.workload.scenario import json_schema
+
     sys.stdout.write(json.dumps(json_schema(), indent=2) + "\n")
 
 
@@ -178,6 +185,13 @@ def _say(line: str) -> None:
     err.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
+def _trace_error(error: BaseException) -> bool:
+    """Whether `error` is a trace reader's: checked without importing the readers (numpy) for
+    every command, since an error of theirs exists only if something imported them."""
+    traces = sys.modules.get("fairbench.workload.traces")
+    return traces is not None and isinstance(error, traces.TraceError)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the command line; every way out is an exit code, bad input one line per problem."""
     _register_optional_commands()
@@ -188,7 +202,7 @@ def main(argv: list[str] | None = None) -> None:
             prefix = f"{error.source}: " if error.source else ""
             err.print(prefix + line, markup=False, highlight=False, soft_wrap=True)
         sys.exit(2)
-    except (TraceError, UsageFailure, FileExistsError) as error:
+    except (UsageFailure, FileExistsError) as error:
         for line in str(error).splitlines():
             _say(line)
         sys.exit(2)
@@ -211,6 +225,10 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as error:
+        if _trace_error(error):
+            for line in str(error).splitlines():
+                _say(line)
+            sys.exit(2)
         # Usage errors of the (vendored) click library, in one line with where to look; the
         # no-arguments help prints itself.
         if type(error).__name__ == "NoArgsIsHelpError":

@@ -87,6 +87,11 @@ class SimCounters(LiveCounters):
         """What the progress bar says beside the count."""
         if self.phase != "simulating":
             return self.phase
+        if self.virtual_s > self.span_s:  # the sends are over; what is in flight finishes
+            return (
+                f"simulating · virtual {self.virtual_s:,.1f} s · draining past the plan's "
+                f"{self.span_s:,.1f} s"
+            )
         eta = "" if self.eta_s is None else f" · ETA {self.eta_s:,.0f} s"
         return f"simulating · virtual {self.virtual_s:,.1f} of {self.span_s:,.1f} s{eta}"
 

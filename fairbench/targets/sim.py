@@ -59,25 +59,31 @@ def plan_jobs(
     weights = {t.id: t.weight for t in scn.tenants}
     ranks = {name: c.priority for name, c in scn.slo_classes.items()}
     c = plan.columns
-    tenants, classes, workloads = (
-        plan.names("tenant"),
-        plan.names("slo_class"),
-        plan.names("workload"),
-    )
-    offsets, prompts, outputs = c["offset_ns"], c["prompt_tokens"], c["max_tokens"]
+    # columns as Python lists first: indexing a numpy array per element and converting each
+    # scalar cost about as much as building the Job (issue 35)
     jobs = [
         Job(
             i,
-            tenants[i],
-            classes[i],
-            int(prompts[i]),
-            int(outputs[i]),
-            int(offsets[i]) + delay_ns,
-            weight=weights[tenants[i]],
-            priority=ranks[classes[i]],
-            flow=workloads[i],
+            tenant,
+            slo_class,
+            prompt,
+            output,
+            offset + delay_ns,
+            weight=weights[tenant],
+            priority=ranks[slo_class],
+            flow=workload,
         )
-        for i in range(len(plan))
+        for i, (tenant, slo_class, prompt, output, offset, workload) in enumerate(
+            zip(
+                plan.names("tenant").tolist(),
+                plan.names("slo_class").tolist(),
+                c["prompt_tokens"].tolist(),
+                c["max_tokens"].tolist(),
+                c["offset_ns"].tolist(),
+                plan.names("workload").tolist(),
+                strict=True,
+            )
+        )
     ]
     if block_size is not None:
         salts = {t.id: t.cache_salt for t in scn.tenants}  # vLLM's cache_salt (workload/cache.py)
@@ -97,6 +103,23 @@ def _seen(result: SimResult, job: Job, cut_ns: int) -> np.ndarray:
     return times[times <= cut_ns]
 
 
+def _last_token_ns(result: SimResult, job: Job) -> int | None:
+    """The last of `result.token_times(job)` (None if there is none), read without building
+    the array: one index into the replica's decode-step ends when the job was never
+    preempted, as nearly every job is (issue 35: the records' largest per-job cost)."""
+    if job.segments:
+        times = result.token_times(job)
+        return int(times[-1]) if len(times) else None
+    if job.first_token_ns < 0 or job.max_tokens == 0:
+        return None
+    if job.first_step >= 0:
+        ends = result.decode_ends[job.replica]
+        hi = min(job.first_step + job.max_tokens - 1, len(ends))
+        if hi > job.first_step:
+            return int(ends[hi - 1])
+    return int(job.first_token_ns)
+
+
 def records_from(
     result: SimResult,
     plan: Plan,
@@ -113,15 +136,15 @@ def records_from(
     preemptions, cached tokens). `max_tokens` is the plan's; `output_tokens` is what was served,
     which admission's degradation may have capped. The sim's response starts with its first
     token: first byte and HTTP 200 are stamped then."""
-    itl = result.itl_max_ns()
-    workloads, endpoints = plan.names("workload"), plan.names("endpoint")
-    planned, offsets = plan.columns["max_tokens"], plan.columns["offset_ns"]
+    itl = result.itl_max_ns().tolist()  # lists: per-element numpy access is slow (issue 35)
+    workloads, endpoints = plan.names("workload").tolist(), plan.names("endpoint").tolist()
+    planned, offsets = plan.columns["max_tokens"].tolist(), plan.columns["offset_ns"].tolist()
     never = 1 << 62
     stop = never if stop_ns is None else stop_ns
     timeout_s = (timeout_ns or 0) / 1e9
     rows = []
     for i, job in enumerate(result.jobs):
-        sent = int(offsets[i])  # the planned send: the job arrives at the engine later by the
+        sent = offsets[i]  # the planned send: the job arrives at the engine later by the
         # profile's request overhead, which every latency, as live, includes
         row: dict[str, Any] = {
             "request_id": job.id,
@@ -132,7 +155,7 @@ def records_from(
             "t_intended_ns": sent,
             "t_sent_ns": sent,
             "prompt_tokens": job.prompt_tokens,
-            "max_tokens": int(planned[i]),
+            "max_tokens": planned[i],
             "output_tokens": 0,
             "n_chunks": 0,
             "worker": 0,
@@ -156,18 +179,17 @@ def records_from(
                 error_detail="rejected by the scheduler",
             )
         elif job.status == "finished" and job.done_ns <= cut:
-            last = result.token_times(job)
             row.update(
                 status="ok",
                 http_status=200,
                 t_first_byte_ns=job.first_token_ns,
                 t_first_token_ns=job.first_token_ns if job.max_tokens else None,
-                t_last_token_ns=int(last[-1]) if len(last) else None,
+                t_last_token_ns=_last_token_ns(result, job),
                 t_done_ns=job.done_ns,
                 t_end_ns=job.done_ns,
                 output_tokens=job.max_tokens,
                 n_chunks=job.max_tokens,
-                itl_max_ns=int(itl[i]) if itl[i] >= 0 else None,
+                itl_max_ns=itl[i] if itl[i] >= 0 else None,
                 queue_time_ns=job.admit_ns - job.arrival_ns,
                 preemptions=job.preemptions,
                 cached_tokens=job.cached_tokens,

@@ -68,6 +68,8 @@ class Admission:
     rejected: Counter[str] = field(default_factory=Counter)  # by reason
     degraded: int = 0
     _finishes: deque[int] = field(default_factory=deque)  # recent completion times (ns)
+    _limited_for: AdmissionSpec | None = field(default=None, repr=False, compare=False)
+    _limited: bool = field(default=False, repr=False, compare=False)
 
     @property
     def limited(self) -> bool:
@@ -130,7 +132,9 @@ class Admission:
         """The one way into a scheduler's queue, for the engine and the gateway alike: the
         admission checks (where any are configured), then the policy's own verdict; a refused
         job is marked rejected with its code and Retry-After, an accepted one is counted."""
-        verdict = self.check(job, now_ns) if self.limited else None
+        if self._limited_for is not self.spec:  # `limited`, once per spec: it runs per request
+            self._limited_for, self._limited = self.spec, self.limited
+        verdict = self.check(job, now_ns) if self._limited else None
         if verdict is None:
             verdict = policy.enqueue(job, now_ns)
             if verdict.accepted:

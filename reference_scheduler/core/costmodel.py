@@ -120,6 +120,15 @@ class Profile:
             compute = max(self.floor, compute + self.c * n * n)
         return max(self.d + self.e * batch, compute) + self.f * context
 
+    def decode_base_ms(self, batch: int) -> float | None:
+        """The batch's term of a pure decode step (no prefill, batch >= 1), or None when steps
+        cost a constant: `step_ms(0, batch, context) == decode_base_ms(batch) + f * context`,
+        bit for bit (the same operations in the same order), so an engine can keep it per
+        batch size and pay one multiply and one add per step (issue 35)."""
+        if self.constant_step_ms is not None:
+            return None
+        return max(self.d + self.e * batch, self.a + self.b * batch)
+
     def step_ns(self, n: int, batch: int, context: int) -> int:
         return int(self.step_ms(n, batch, context) * 1e6)
 

@@ -163,7 +163,7 @@ def simulate(
     running: list[tuple[int, int]] = []  # (step end, replica)
     idle = list(range(n_rep))  # min-heap of idle replica indices
     log: list[tuple[int, str, int, int]] | None = [] if trace else None
-    heappush, heappop = heapq.heappush, heapq.heappop
+    heappush, heappop, heapreplace = heapq.heappush, heapq.heappop, heapq.heapreplace
 
     def record(res: object, r: int) -> None:
         assert log is not None
@@ -214,7 +214,6 @@ def simulate(
 
     i, n = 0, len(jobs)
     now = 0
-    steps = 0
     live = ("waiting", "running", "preempted")
     cancel = engine.cancel
     d = 0  # next job whose timeout is due (arrivals are sorted, so deadlines are too)
@@ -271,15 +270,37 @@ def simulate(
             if verdict.accepted and idle:
                 kick(now)
             continue
-        now, r = heappop(running)
-        res = step(r, now)
-        steps += 1
-        if res is None:
-            heappush(idle, r)
+        if follow is not None:
+            now, r = heappop(running)
+            res = step(r, now)
+            if res is None:
+                heappush(idle, r)
+                continue
+            started(res, r)
+            if res.finished and idle and len(policy):
+                kick(now)
             continue
-        started(res, r)
-        if res.finished and idle and len(policy):
-            kick(now)
+        # Step ends only, until the next arrival, timeout or stop: none of those moves while
+        # steps run (without sessions a step releases no arrival), so the loop checks them once
+        # per run of step ends instead of once per step; the order of events is the same.
+        bound = min(t_arrive, t_due, stop_at)
+        while running and running[0][0] < bound:
+            events += 1
+            if progress is not None and not events & 4095:
+                progress(ended[0], running[0][0])
+            now, r = running[0]
+            res = step(r, now)
+            if res is None:
+                heappop(running)
+                heappush(idle, r)
+                continue
+            heapreplace(running, (res.end_ns, r))  # one sift: each replica's key is unique
+            if log is not None:
+                record(res, r)
+            if res.finished:
+                ended[0] += len(res.finished)
+                if idle and len(policy):
+                    kick(now)
     if progress is not None:
         progress(len(jobs) + len(joined), now)  # the stop cancelled whatever was left
     decode_ends = [np.asarray(rep.decode_ends, dtype=np.int64) for rep in engine.replicas]

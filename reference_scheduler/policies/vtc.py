@@ -24,7 +24,7 @@ over backlogged tenants (tenants are few; jobs can be many).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 from reference_scheduler.core.job import Job
@@ -124,11 +124,27 @@ class Vtc(BasePolicy):
                 self._last_left = job.tenant
 
     def charge(self, job: Job, now_ns: int, prefill: int = 0, decode: int = 0) -> None:
-        if job.tenant not in self.counters:
+        # called per tenant per decode step: `_weight` inlined, the same float operations
+        tenant = job.tenant
+        counters = self.counters
+        if tenant not in counters:
             return
-        self.counters[job.tenant] += (
+        counters[tenant] += (
             self.input_price * prefill + self.output_price * decode
-        ) / self._weight(job)
+        ) / self.weights.get(tenant, job.weight)
+
+    def charge_decode(self, entries: Iterable[list], now_ns: int) -> None:
+        """One decode step's charges, `charge(job, now_ns, 0, count)` for each [count, job] of
+        `entries` (a replica's decoding tenants), in that order and with the same float
+        operations, without a call per tenant: the engine's per-step cost (issue 35)."""
+        counters = self.counters
+        weights = self.weights
+        zero = self.input_price * 0
+        price = self.output_price
+        for count, job in entries:
+            tenant = job.tenant
+            if tenant in counters:
+                counters[tenant] += (zero + price * count) / weights.get(tenant, job.weight)
 
     def stats(self) -> Mapping[str, float]:
         out = dict(super().stats())

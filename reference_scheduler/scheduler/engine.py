@@ -135,6 +135,10 @@ class Engine:
                 rep.decode_ends = deque(maxlen=1)  # type: ignore[assignment]
         self.policy.bind(config.replicas * self.profile.max_num_seqs)
         self._uses_charge = bool(getattr(self.policy, "uses_charge", True))
+        # optional: a policy may take a decode step's charges in one call (same order and sums)
+        self._charge_decode = (
+            getattr(self.policy, "charge_decode", None) if self._uses_charge else None
+        )
         self._seq = 0
         self.passover = PassOver()  # who an admission pass left waiting (contention)
         noise = StepNoise.per_replica(
@@ -164,6 +168,10 @@ class Engine:
         # the congestion and resource loops (control.py), when configured
         self.control = Control(spec.control, self.policy) if spec.control is not None else None
         self._granted: Job | None = None  # a job that preempted its own tier: it goes next
+        # a pure decode step's cost: the batch's term per batch size, plus f per context token
+        self._decode_cost = self.profile.decode_base_ms(1) is not None
+        self._decode_base: dict[int, float] = {}
+        self._f = self.profile.f
 
     # ------------------------------------------------------------------ requests
 
@@ -464,13 +472,19 @@ class Engine:
         rep = self.replicas[r]
         prof = self.profile
         res = rep.result
-        res.admitted.clear()
-        res.first_tokens.clear()
-        res.finished.clear()
-        res.preempted.clear()
+        # Reused per replica (the driver reads it first); clearing an empty list is skipped,
+        # since most steps emit nothing (issue 35: the per-step overhead is the simulator's cost).
+        if res.admitted:
+            res.admitted.clear()
+        if res.first_tokens:
+            res.first_tokens.clear()
+        if res.finished:
+            res.finished.clear()
+        if res.preempted:
+            res.preempted.clear()
         if self.control is not None:
             self.control.step(now_ns, len(self.policy))
-        if (len(self.policy) or rep.resume) and (
+        if (rep.resume or len(self.policy)) and (
             rep.batch == 0 or rep.steps % prof.admit_every == 0
         ):
             self._admit(rep, now_ns)
@@ -479,7 +493,9 @@ class Engine:
         n = 0
         done = 0
         prefilling = rep.prefilling
-        if prof.chunked_prefill:
+        if not prefilling:
+            decoding = rep.batch
+        elif prof.chunked_prefill:
             decoding = rep.batch
             room = prof.max_num_batched_tokens - decoding
             for job in prefilling:
@@ -491,19 +507,25 @@ class Engine:
                 n += chunk
                 if job.prefill_left == 0:
                     done += 1
-        elif prefilling:
+        else:
             decoding = 0
             for job in prefilling:
                 n += job.prefill_left
                 job.prefill_left = 0
             done = len(prefilling)
-        else:
-            decoding = rep.batch
         extra = rep.extra_ns
         if n == 0 and decoding == 0 and done == 0 and not extra:
             return None
 
-        ms = prof.step_ms(n, decoding, rep.context)
+        if n == 0 and decoding and self._decode_cost:
+            # a pure decode step: the batch's term, kept per batch size, plus the context's
+            # (costmodel.Profile.decode_base_ms: the same float operations as step_ms)
+            base = self._decode_base.get(decoding)
+            if base is None:
+                base = self._decode_base[decoding] = prof.decode_base_ms(decoding)
+            ms = base + self._f * rep.context
+        else:
+            ms = prof.step_ms(n, decoding, rep.context)
         if rep.noise is not None:
             ms *= rep.noise()
         duration = (int(ms * 1e6) or 1) + extra
@@ -523,7 +545,9 @@ class Engine:
             rep.decoding = k + 1
             rep.decode_ends.append(end)
             rep.context += decoding
-            if self._uses_charge:
+            if self._charge_decode is not None:  # the policy's loop, one call (vtc, lcf)
+                self._charge_decode(rep.tenant_decode.values(), end)
+            elif self._uses_charge:
                 charge = self.policy.charge
                 for count, job in rep.tenant_decode.values():
                     charge(job, end, 0, count)
