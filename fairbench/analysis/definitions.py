@@ -183,8 +183,10 @@ _KM = (
 _KM_CI = (
     "95%: order statistics with binomial ranks (no censoring) or Kaplan–Meier with Greenwood's "
     "variance inverted (Brookmeyer–Crowley), both widened by batch means for serial correlation "
-    "and declined when the run is too short for it; one-sided [x, ∞) when n cannot bound the "
-    "tail; [bound, ∞) for a bound (fairbench.analysis.intervals)"
+    "(Student t on the batch means' effective degrees of freedom) and declined when the run is "
+    "too short for it (under 10 batches, or a tail exceeded in under 5 independent bursts); "
+    "one-sided [x, ∞) when n cannot bound the tail; [bound, ∞) for a bound "
+    "(fairbench.analysis.intervals)"
 )
 
 

@@ -18,9 +18,11 @@ INTERVALS = [
     "when n cannot bound the tail from above (a 95% p99 needs n ≥ 368), with the n that would.",
     "- **Serial correlation**: requests of one queue are not independent. The long-run variance "
     "of the percentile's indicator is estimated by batch means (10–30 batches, each at least two "
-    "Politis–White block lengths, `arch`); where it is significant the ranks widen by it, and a "
-    "run with fewer than 10 such batches gets **no interval**, with the requests and the "
-    "duration that would do.",
+    "Politis–White block lengths, `arch`); where it is significant the ranks widen by it, with "
+    "Student t on the batch means' effective degrees of freedom (fewer than B − 1 when a "
+    "tail's batch means are mostly 0 with a few bursts). A run with fewer than 10 such "
+    "batches, or whose tail is exceeded in fewer than 5 independent bursts (Ferro–Segers "
+    "declustering), gets **no interval**, with the requests and the duration that would do.",
     "- **Censoring**: Kaplan–Meier with Greenwood's variance (scaled for dependence) inverted "
     "at q (Brookmeyer–Crowley); a percentile in censored mass is a lower bound `[x, ∞)`.",
     "- **Shares** (SLO attainment, rejected, unfinished, starved): Wilson on n / τ.",
