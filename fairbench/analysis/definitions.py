@@ -151,7 +151,8 @@ def _jain_slowdown_interval(c: Cols, mask: np.ndarray | None) -> Interval:
 
 _SLOWDOWN_CI = (
     "95%: jackknife over time batches of the group's requests (batch means: each batch ≥ 2 "
-    "Politis–White block lengths and ≥ n/30), Student t on B − 1; with two tenants on "
+    "Politis–White block lengths and ≥ n/10), Student t on the pseudo-values' effective "
+    "degrees of freedom; with two tenants on "
     "log(mean ratio), and the figure's interval is that one's image (honest at a tie); "
     "declined under 10 batches, with the requests and seconds that would do "
     "(fairbench.analysis.fairness_ci)"

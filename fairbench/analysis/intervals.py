@@ -258,6 +258,16 @@ def with_rate(dep: Dependence, rate_per_s: float | None) -> Dependence:
     return Dependence(dep.batch, dep.batches, dep.factor, rate_per_s, dep.df, dep.clusters, dep.n)
 
 
+def effective_df(means: np.ndarray) -> float | None:
+    """ν = 2 / (2/(B − 1) + κ/B) of B batch means with excess kurtosis κ (see
+    `batch_means_df`); None where they have no spread."""
+    b = len(means)
+    if b < 4 or float(np.std(means)) == 0.0:
+        return None
+    kappa = max(0.0, float(sps.kurtosis(means, fisher=True, bias=False)))
+    return max(1.0, 2.0 / (2.0 / (b - 1) + kappa / b))
+
+
 def batch_means_df(indicator: np.ndarray, dep: Dependence) -> float | None:
     """The effective degrees of freedom of batch means' variance when the batch means are not
     normal. Why: a tail indicator's batch means are mostly 0 with a few bursts, so their
@@ -269,12 +279,7 @@ def batch_means_df(indicator: np.ndarray, dep: Dependence) -> float | None:
     if dep.batch <= 1 or dep.batches < 4 or n < MIN_DEPENDENCE_N:
         return None
     used = indicator[n - dep.batches * dep.batch :].astype(np.float64)
-    means = used.reshape(dep.batches, dep.batch).mean(axis=1)
-    if float(np.std(means)) == 0.0:
-        return None
-    kappa = max(0.0, float(sps.kurtosis(means, fisher=True, bias=False)))
-    b = dep.batches
-    return max(1.0, 2.0 / (2.0 / (b - 1) + kappa / b))
+    return effective_df(used.reshape(dep.batches, dep.batch).mean(axis=1))
 
 
 def exceedance_clusters(exceed: np.ndarray) -> int:

@@ -29,10 +29,19 @@ INTERVALS = [
     "- **Drift**: log ratio of the last and first windows' percentiles, each window's standard "
     "error from its own interval; the p-value (`trend_p`) is the same statistic's, so the test "
     "and the interval always agree.",
+    "- **Fairness figures**: `worst_slowdown_ratio` and `jain_slowdown` by a jackknife over time "
+    "batches of the requests (batch means; with two tenants, t on log(mean ratio) and the "
+    "figure's interval its image, honest at a tie); `isolation` as the log ratio of the mix's "
+    "and the solo arm's p99 intervals; `jain_backlogged` by Student t over contended windows "
+    "(batch means from 30). `service_difference` has **no interval**, by design: it is a "
+    "maximum over the run, which under an unfair policy grows with the run's length, so there "
+    "is no long-run value to cover (fairbench/analysis/fairness_ci.py).",
     "",
     "Coverage measured by `python benchmarks/bench_calibration.py` (known truths: lognormal, "
     "Pareto(2.5), exp of Gaussian AR(1); simulator: 30 seeds of "
-    "`scenarios/calibration/queue.yaml` against the p99 pooled over the 30 runs). Goal: "
+    "`scenarios/calibration/queue.yaml` and of `scenarios/calibration/fairness.yaml` against "
+    "the value pooled over the 30 runs; isolation's solo side pooled from each tenant run "
+    "alone). A `figure` row is a fairness figure's interval. Goal: "
     "[93%, 97%] wherever an interval is given. Replications: the binomial error of a 95% "
     "coverage is ±1.4 points at 1,000 and ±4 points at 30.",
     "",
