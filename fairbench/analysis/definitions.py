@@ -360,7 +360,8 @@ METRICS: tuple[Metric, ...] = (
         ci="95%: log ratio of the mix's and the solo arm's TTFT p99, each side's standard error "
         "from its own 68% order-statistic interval (widened for serial correlation), taken as "
         "independent (they share the tenant's arrivals, which only widens it); the worst "
-        "tenant's figure: [max of lows, max of highs]; declined where a side has no two-sided "
+        "tenant's figure: [max of lows, max of highs] of the tenants' intervals at 1 − α/k "
+        "(Bonferroni); declined where a side has no two-sided "
         "interval, with its reason (fairbench.analysis.fairness_ci). compare bootstraps the "
         "mix with the solo arm fixed",
         compute=_isolation,
