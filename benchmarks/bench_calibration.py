@@ -8,11 +8,15 @@ kind the summary prints against a known truth, at the sizes users have:
   makes them, n = 1,000 and 10,000;
 - the drift interval of stationary series (it should contain 0);
 - run to run on the simulator: 30 seeds of `scenarios/calibration/queue.yaml` (two tenants on
-  one simulated H100, constant Poisson load) at two loads; each run's TTFT p99 interval and
-  drift interval against the long-run p99 (pooled over the 30 runs) and 0;
-- the fairness figure: 30 seeds of `scenarios/calibration/fairness.yaml` (two tenants asking
+  one simulated H100, constant Poisson load) at two loads; each run's TTFT p50/p90/p99 interval
+  and drift interval against the long-run percentiles (pooled over the 30 runs) and 0;
+- the fairness figures: 30 seeds of `scenarios/calibration/fairness.yaml` (two tenants asking
   2:1 near capacity) under FIFO and VTC; each run's jain_backlogged interval against the mean
-  of every contended window of every run.
+  of every contended window of every run; and on every simulated arm (both queues), the
+  intervals of `isolation` (overall and tenant a: against the pooled mix p99 ÷ the pooled p99
+  of the tenant run alone, 30 more seeds per tenant), `worst_slowdown_ratio` and
+  `jain_slowdown` (against the figure of the per-tenant mean slowdowns pooled over the runs),
+  and `service_difference` (declined by design: a run's maximum has no long-run value).
 
 The goal is every coverage in [93%, 97%] where an interval is given, and the table also says how
 often an interval is one-sided (n cannot bound the tail) or declined (the run is too short for
@@ -20,7 +24,8 @@ its own correlation). A missed goal is printed as FAIL; the script exits 1 if an
 
     python benchmarks/bench_calibration.py            # the full table, ~10 min on 2 cores
     python benchmarks/bench_calibration.py --quick    # fewer replications, ~2 min
-    python benchmarks/bench_calibration.py --fairness-only --seeds 40   # jain_backlogged alone
+    python benchmarks/bench_calibration.py --fairness-only --seeds 40   # the fairness queue alone
+    python benchmarks/bench_calibration.py --sim-only     # every simulator row, ~10 min
     python benchmarks/bench_calibration.py --markdown fairbench/analysis/calibration_table.md
 """
 
@@ -31,6 +36,7 @@ import json
 import math
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -65,105 +71,233 @@ def synthetic(reps: int, quick: bool) -> list[cal.Coverage]:
     return out
 
 
-def simulated(seeds: int, rates: list[float], duration_s: int) -> list[cal.Coverage]:
-    """Run-to-run coverage on the simulator (in this process, virtual time)."""
-    from rich.progress import Progress
+FIGURES = ("isolation", "worst_slowdown_ratio", "jain_slowdown", "service_difference")
 
+
+@dataclass
+class Arm:
+    """What `seeds` runs of one scenario gave: each run's interval of every figure, and what
+    the long-run values are pooled from."""
+
+    entries: dict[str, list[dict]] = field(default_factory=dict)
+    ttft: dict[str, list] = field(default_factory=dict)  # per tenant (and "overall")
+    slow_sum: dict[str, float] = field(default_factory=dict)
+    slow_n: dict[str, float] = field(default_factory=dict)
+    solo: dict[str, list] = field(default_factory=dict)
+    windows: list[float] = field(default_factory=list)
+
+    def add(self, name: str, entry: dict) -> None:
+        self.entries.setdefault(name, []).append(entry)
+
+    def interval(self, name: str) -> tuple[list[float], list[float]]:
+        lows = [math.nan if e.get("ci_low") is None else e["ci_low"] for e in self.entries[name]]
+        return lows, [_high(e) for e in self.entries[name]]
+
+
+def _said(rows: list[cal.Coverage]) -> list[cal.Coverage]:
+    """Each arm's rows as soon as they are known (a long table is not lost to a late error)."""
+    for r in rows:
+        console.print(f"  {r.case}: {r.row()}")
+    return rows
+
+
+def _run(data: dict, out_dir: Path, arm: Arm, solo: bool) -> None:
+    """One run: its summary's intervals, and its records' share of the pooled truths (TTFT per
+    tenant, slowdown sums per tenant); with `solo`, each tenant alone for isolation's truth."""
     from fairbench.analysis import censored
+    from fairbench.analysis.blocks import unloaded_ns
     from fairbench.pipeline import run_scenario
     from fairbench.run.records import read_records
     from fairbench.run.rundir import RunOptions
-    from fairbench.workload import parse_scenario, read_yaml
+    from fairbench.workload import parse_scenario
+
+    scn = parse_scenario(data)
+    outcome = run_scenario(scn, RunOptions(out=out_dir, progress=False))
+    metrics = outcome.summary["metrics"]
+    for q in ("p50", "p90", "p99"):
+        arm.add(f"ttft_{q}", metrics["overall"][f"ttft_{q}"])
+    arm.add("ttft_p99_drift", metrics["overall"]["ttft_p99_drift"])
+    arm.add("jain_backlogged", metrics["overall"]["jain_backlogged"])
+    for name in FIGURES:
+        arm.add(name, metrics["overall"][name])
+    for tenant, entries in metrics["tenant"].items():
+        arm.add(f"isolation.tenant.{tenant}", entries["isolation"])
+    values = outcome.summary["fairness"]["jain_windows"]["values"]
+    arm.windows += [v for v in values if v is not None]
+    df = read_records(out_dir / "records.parquet")
+    lo_ns, hi_ns = _window_ns(scn)
+    df = df[(df["t_intended_ns"] >= lo_ns) & (df["t_intended_ns"] <= hi_ns)].reset_index(drop=True)
+    ttft = censored.ttft_rows(df, scn.run.timeout)
+    e2e = censored.e2e_rows(df, scn.run.timeout)
+    slow = e2e.time / np.maximum(unloaded_ns(df, scn)[0], 1.0)
+    tenants = df["tenant"].to_numpy()
+    arm.ttft.setdefault("overall", []).append(ttft.select())
+    for tenant in sorted(set(tenants)):
+        rows = tenants == tenant
+        arm.ttft.setdefault(tenant, []).append(ttft.select(rows))
+        sel = rows & e2e.eligible
+        arm.slow_sum[tenant] = arm.slow_sum.get(tenant, 0.0) + float(slow[sel].sum())
+        arm.slow_n[tenant] = arm.slow_n.get(tenant, 0.0) + float(sel.sum())
+    if not solo:
+        return
+    for tenant in data["tenants"]:
+        alone = json.loads(json.dumps(data))
+        alone["tenants"] = [tenant]
+        alone["analysis"] = {"isolation": "off"}
+        alone_scn = parse_scenario(alone)
+        alone_dir = out_dir.with_name(out_dir.name + "-" + tenant["id"])
+        run_scenario(alone_scn, RunOptions(out=alone_dir, progress=False))
+        adf = read_records(alone_dir / "records.parquet")
+        adf = adf[(adf["t_intended_ns"] >= lo_ns) & (adf["t_intended_ns"] <= hi_ns)]
+        arm.solo.setdefault(tenant["id"], []).append(
+            censored.ttft_rows(adf, alone_scn.run.timeout).select()
+        )
+
+
+def _pooled_p99(parts: list, q: float = 0.99) -> float:
+    from fairbench.analysis import censored
+
+    everything = censored.Observations(
+        np.concatenate([o.time for o in parts]), np.concatenate([o.observed for o in parts])
+    )
+    return censored.quantile(everything, q)[0]
+
+
+def _figure_rows(label: str, arm: Arm) -> list[cal.Coverage]:
+    """Coverage of the fairness figures' intervals against their pooled long-run values."""
+    from fairbench.analysis.metrics import jain
+
+    out = []
+    tenants = sorted(arm.slow_n)
+    means = np.array([arm.slow_sum[t] / arm.slow_n[t] for t in tenants])
+    worst, jain_true = float(means.max() / means.min()), float(jain(means))
+    console.print(
+        f"{label}: long-run mean slowdown per tenant "
+        + ", ".join(f"{t} {m:.3f}" for t, m in zip(tenants, means, strict=True))
+        + f", "
+        f"worst ratio {worst:.4f}, Jain {jain_true:.6f} (pooled over the runs)"
+    )
+    out.append(
+        cal.run_coverage(
+            f"{label} worst_slowdown_ratio", worst, *arm.interval("worst_slowdown_ratio"), 0.0
+        )
+    )
+    out.append(
+        cal.run_coverage(f"{label} jain_slowdown", jain_true, *arm.interval("jain_slowdown"), 0.0)
+    )
+    if arm.solo:
+        ratios = {t: _pooled_p99(arm.ttft[t]) / _pooled_p99(arm.solo[t]) for t in arm.solo}
+        console.print(
+            f"{label}: long-run isolation (mix p99 ÷ solo p99, pooled) "
+            + ", ".join(f"{t} {r:.3f}" for t, r in ratios.items())
+        )
+        first = sorted(ratios)[0]
+        out.append(
+            cal.run_coverage(
+                f"{label} isolation.tenant.{first}",
+                ratios[first],
+                *arm.interval(f"isolation.tenant.{first}"),
+            )
+        )
+        out.append(
+            cal.run_coverage(f"{label} isolation", max(ratios.values()), *arm.interval("isolation"))
+        )
+    out.append(
+        cal.run_coverage(
+            f"{label} service_difference", math.nan, *arm.interval("service_difference"), 0.0
+        )
+    )
+    return out
+
+
+def simulated(seeds: int, rates: list[float], duration_s: int) -> list[cal.Coverage]:
+    """Run-to-run coverage on the simulator (in this process, virtual time): the TTFT p99 and
+    drift intervals, and the fairness figures' (isolation against each tenant's pooled mix p99 ÷
+    its pooled p99 alone, the slowdown figures against the pooled per-tenant means)."""
+    from rich.progress import Progress
+
+    from fairbench.workload import read_yaml
 
     base = read_yaml(SCENARIO.read_text())
     out = []
     with Progress(console=console, transient=True) as bar, tempfile.TemporaryDirectory() as tmp:
         for rate in rates:
             task = bar.add_task(f"simulator, {rate:g}/s per tenant", total=seeds)
-            p99, drift_lo, drift_hi, lows, highs, pooled = [], [], [], [], [], []
+            arm = Arm()
             for seed in range(seeds):
                 data = json.loads(json.dumps(base))
                 for tenant in data["tenants"]:
                     tenant["arrival"]["rate"] = f"{rate}/s"
                 data["run"]["duration"] = f"{duration_s}s"
                 data["run"]["seed"] = 1000 + seed
-                scn = parse_scenario(data)
-                out_dir = Path(tmp) / f"r{rate}-{seed}"
-                outcome = run_scenario(scn, RunOptions(out=out_dir, progress=False))
-                entry = outcome.summary["metrics"]["overall"]["ttft_p99"]
-                d = outcome.summary["metrics"]["overall"]["ttft_p99_drift"]
-                p99.append(entry["value"])
-                lows.append(math.nan if entry["ci_low"] is None else entry["ci_low"])
-                highs.append(_high(entry))
-                drift_lo.append(math.nan if d["ci_low"] is None else d["ci_low"])
-                drift_hi.append(math.nan if d["ci_high"] is None else d["ci_high"])
-                df = read_records(out_dir / "records.parquet")
-                lo_ns, hi_ns = _window_ns(scn)
-                df = df[(df["t_intended_ns"] >= lo_ns) & (df["t_intended_ns"] <= hi_ns)]
-                pooled.append(censored.ttft_rows(df, scn.run.timeout).select())
+                _run(data, Path(tmp) / f"r{rate}-{seed}", arm, solo=True)
                 bar.advance(task)
-            everything = censored.Observations(
-                np.concatenate([o.time for o in pooled]),
-                np.concatenate([o.observed for o in pooled]),
-            )
-            true_ms = censored.quantile(everything, 0.99)[0] / 1e6
+            true_ms = _pooled_p99(arm.ttft["overall"]) / 1e6
+            p99 = [e["value"] for e in arm.entries["ttft_p99"]]
             sd = float(np.std(p99, ddof=1))
             console.print(
                 f"{rate:g}/s per tenant: long-run TTFT p99 {true_ms:.1f} ms (pooled over "
                 f"{seeds} runs), run p99 mean {np.mean(p99):.1f} ms, SD {sd:.1f} ms"
             )
-            out.append(cal.run_coverage(f"sim p99 {rate:g}/s", true_ms, lows, highs))
-            out.append(cal.run_coverage(f"sim drift {rate:g}/s", 0.0, drift_lo, drift_hi))
+            for q in (0.5, 0.9):
+                truth = _pooled_p99(arm.ttft["overall"], q) / 1e6
+                name = f"ttft_p{q * 100:g}"
+                out.append(
+                    cal.run_coverage(f"sim p{q * 100:g} {rate:g}/s", truth, *arm.interval(name), q)
+                )
+            out.append(cal.run_coverage(f"sim p99 {rate:g}/s", true_ms, *arm.interval("ttft_p99")))
+            out.append(
+                cal.run_coverage(f"sim drift {rate:g}/s", 0.0, *arm.interval("ttft_p99_drift"))
+            )
+            out += _figure_rows(f"sim {rate:g}/s", arm)
+            _said(out[-8:])
     return out
 
 
 def fairness(seeds: int, policies: list[str], duration_s: int) -> list[cal.Coverage]:
     """Run-to-run coverage of jain_backlogged's interval: `seeds` runs of the fairness queue
-    per policy, each run's interval against the mean of every contended window of every run."""
+    per policy, each run's interval against the mean of every contended window of every run;
+    and of the fairness figures' intervals, as in `simulated`."""
     from rich.progress import Progress
 
-    from fairbench.pipeline import run_scenario
-    from fairbench.run.rundir import RunOptions
-    from fairbench.workload import parse_scenario, read_yaml
+    from fairbench.workload import read_yaml
 
     base = read_yaml(FAIRNESS.read_text())
     out = []
     with Progress(console=console, transient=True) as bar, tempfile.TemporaryDirectory() as tmp:
         for policy in policies:
             task = bar.add_task(f"fairness queue, {policy}", total=seeds)
-            lows, highs, windows = [], [], []
+            arm = Arm()
             for seed in range(seeds):
                 data = json.loads(json.dumps(base))
                 data["scheduler"]["policy"] = policy
                 data["run"]["duration"] = f"{duration_s}s"
                 data["run"]["seed"] = 2000 + seed
-                outcome = run_scenario(
-                    parse_scenario(data),
-                    RunOptions(out=Path(tmp) / f"{policy}-{seed}", progress=False),
-                )
-                entry = outcome.summary["metrics"]["overall"]["jain_backlogged"]
-                values = outcome.summary["fairness"]["jain_windows"]["values"]
-                windows += [v for v in values if v is not None]
-                lows.append(math.nan if entry.get("ci_low") is None else entry["ci_low"])
-                highs.append(math.nan if entry.get("ci_high") is None else entry["ci_high"])
+                _run(data, Path(tmp) / f"{policy}-{seed}", arm, solo=True)
                 bar.advance(task)
-            truth = float(np.mean(windows)) if windows else math.nan
+            truth = float(np.mean(arm.windows)) if arm.windows else math.nan
             console.print(
-                f"{policy}: long-run Jain among the backlogged {truth:.4f} (mean of {len(windows)} "
-                f"contended windows over {seeds} runs)"
+                f"{policy}: long-run Jain among the backlogged {truth:.4f} (mean of "
+                f"{len(arm.windows)} contended windows over {seeds} runs)"
             )
-            out.append(cal.run_coverage(f"sim jain_backlogged {policy}", truth, lows, highs, 0.0))
+            out.append(
+                cal.run_coverage(
+                    f"sim jain_backlogged {policy}", truth, *arm.interval("jain_backlogged"), 0.0
+                )
+            )
+            out += _figure_rows(f"sim {policy}", arm)
+            _said(out[-5:])
     return out
 
 
 def _figure(q: float) -> str:
-    return "mean" if q == 0 else f"p{q * 100:g}"
+    return "figure" if q == 0 else f"p{q * 100:g}"
 
 
 def _high(entry: dict) -> float:
-    if entry["ci_low"] is None and entry["ci_high"] is None:
-        return math.nan
-    return math.inf if entry["ci_high"] is None else entry["ci_high"]
+    if entry.get("ci_low") is None and entry.get("ci_high") is None:
+        return math.nan  # declined (or no value, so no interval)
+    return math.inf if entry.get("ci_high") is None else entry["ci_high"]
 
 
 def _window_ns(scn) -> tuple[float, float]:
@@ -177,6 +311,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=None, help="replications per synthetic cell")
     parser.add_argument("--seeds", type=int, default=30, help="simulator runs per load (≥ 30)")
     parser.add_argument("--no-sim", action="store_true", help="synthetic cases only")
+    parser.add_argument("--sim-only", action="store_true", help="simulator runs only (~6 min)")
     parser.add_argument(
         "--fairness-only", action="store_true", help="only the fairness figure's runs (~5 min)"
     )
@@ -192,7 +327,7 @@ def main() -> None:
     if args.fairness_only:
         rows = fairness(args.seeds, ["fifo", "vtc"], 300)
     else:
-        rows = synthetic(reps, args.quick)
+        rows = [] if args.sim_only else synthetic(reps, args.quick)
     if not args.no_sim and not args.fairness_only:
         rows += simulated(args.seeds, [7.0, 9.0], 120 if args.quick else 300)
         rows += fairness(args.seeds, ["fifo", "vtc"], 300)

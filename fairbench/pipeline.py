@@ -120,6 +120,7 @@ def finish(m: Measurement, machine: MachineLoad | None = None) -> RunOutcome:
         "line": accounting.line(),
     }
     skipped = skip_reason(scn.analysis.isolation, len(plan), scn.target.kind == "sim")
+    arms = None if skipped or scn.target.kind != "sim" else solo_arms(plan, scn)
     summary = build_summary(
         frame,
         scn,
@@ -129,7 +130,8 @@ def finish(m: Measurement, machine: MachineLoad | None = None) -> RunOutcome:
         health,
         acc,
         closed_loop=scn.run.concurrency_cap is not None,
-        solo_ttft_p99_ns=None if skipped or scn.target.kind != "sim" else solo_ttft_p99(plan, scn),
+        solo_ttft_p99_ns=None if arms is None else {t: v for t, (v, _) in arms.items()},
+        solo_ttft_p99_log_se=None if arms is None else {t: se for t, (_, se) in arms.items()},
     )
     if skipped:  # said where the figure would be, and why_none reads it
         summary["fairness"]["isolation_skipped"] = skipped
@@ -150,9 +152,19 @@ def finish(m: Measurement, machine: MachineLoad | None = None) -> RunOutcome:
 
 
 def solo_ttft_p99(plan: Plan, scn: Scenario, workers: int | None = None) -> dict[str, float]:
+    """Each tenant's TTFT p99 (ns) when the same plan runs with only that tenant (`solo_arms`
+    without the standard errors)."""
+    return {t: v for t, (v, _) in solo_arms(plan, scn, workers).items()}
+
+
+def solo_arms(
+    plan: Plan, scn: Scenario, workers: int | None = None
+) -> dict[str, tuple[float, float | None]]:
     """Each tenant's TTFT p99 (ns) when the same plan runs with only that tenant: the solo arm
     of the isolation figure, simulated (the simulator is deterministic, so it is exact for the
-    plan). A tenant whose solo p99 is itself censored gets none.
+    plan), with the standard error of its log (fairbench.analysis.fairness_ci.log_se: as an
+    estimate of the tenant's long-run p99 alone, the isolation interval's solo side; None where
+    it has none). A tenant whose solo p99 is itself censored gets none.
 
     The arms are independent, so with more than one tenant, a plan large enough that a fresh
     process pays for itself (`PARALLEL_MIN_REQUESTS`) and more than one core, they run in
@@ -183,17 +195,20 @@ def solo_ttft_p99(plan: Plan, scn: Scenario, workers: int | None = None) -> dict
 PARALLEL_MIN_REQUESTS = 20_000
 
 
-def _solo_arm(plan: Plan, scn: Scenario, lo: float, hi: float) -> float | None:
-    """One tenant's requests alone: its TTFT p99 (ns) among those intended in [lo, hi] s, or
-    None where that p99 is censored (a lower bound is no denominator)."""
+def _solo_arm(plan: Plan, scn: Scenario, lo: float, hi: float) -> tuple[float, float | None] | None:
+    """One tenant's requests alone: its TTFT p99 (ns) among those intended in [lo, hi] s and
+    the standard error of its log, or None where that p99 is censored (a lower bound is no
+    denominator)."""
+    from fairbench.analysis.fairness_ci import log_se
     from fairbench.targets.sim import run_sim
 
     records, _ = run_sim(plan, scn)
     frame = records_frame(records)
     t = frame["t_intended_ns"].to_numpy(dtype=np.float64) / 1e9
     frame = frame[(t >= lo) & (t <= hi)].reset_index(drop=True)
-    value, bound = censored.quantile(censored.ttft_rows(frame, scn.run.timeout).select(), 0.99)
-    return value if np.isfinite(value) and not bound else None
+    obs = censored.ttft_rows(frame, scn.run.timeout).select()
+    value, bound = censored.quantile(obs, 0.99)
+    return (value, log_se(obs, 0.99)) if np.isfinite(value) and not bound else None
 
 
 def target_warnings(info: dict[str, Any]) -> list[str]:

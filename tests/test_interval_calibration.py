@@ -65,7 +65,8 @@ def test_a_rare_tail_of_a_correlated_series_is_widened_by_the_copula() -> None:
     autocorrelations, through a Gaussian copula, widen it (97% measured at 300 replications);
     an i.i.d. series is left its exact interval (its lag-1 correlation is not significant)."""
     c = cal.percentile_coverage("ar1-0.5", 1000, 0.99, reps=200, seed=1001)
-    assert c.declined == 0 and c.rate >= 0.93, c.row()
+    # a few samples' ten exceedances come in fewer than 5 bursts: declined, not narrow
+    assert c.declined <= 0.05 * c.reps and c.rate >= 0.93, c.row()
     iid = cal.lognormal(1000, np.random.default_rng(3))
     acf = iv.normal_scores_acf(iid, 40)
     assert iv.copula_factor(acf, 1000, 0.99) == 1.0
@@ -159,7 +160,10 @@ def test_run_to_run_on_the_simulator_the_p99_interval_covers_the_long_run_value(
     tmp_path: Path,
 ) -> None:
     """30 seeds of a stationary queue: each run's TTFT p99 interval against the p99 pooled over
-    all 30 runs (the long-run value). The old intervals covered it in 13–30% of runs."""
+    all 30 runs (the long-run value). The old intervals covered it in 13–30% of runs. At 9/s per
+    tenant a 120 s run sees its p99 exceeded in two or three bursts: most runs decline, saying
+    how long a run would do, and those that give an interval cover (before the burst count and
+    the batch means' effective degrees of freedom: every run gave one, 83% covered at 300 s)."""
     from fairbench.pipeline import run_scenario
     from fairbench.run.records import read_records
     from fairbench.run.rundir import RunOptions
@@ -177,6 +181,10 @@ def test_run_to_run_on_the_simulator_the_p99_interval_covers_the_long_run_value(
         assert entry["ci_method"] and entry["ci_confidence"] == 0.95
         lows.append(math.nan if entry["ci_low"] is None else entry["ci_low"])
         declined = entry["ci_low"] is None and entry["ci_high"] is None
+        if declined:
+            reason = entry["ci_reason"] or ""
+            assert "too short for its own correlation" in reason, reason
+            assert " s at this rate" in reason, reason
         highs.append(
             math.nan if declined else (math.inf if entry["ci_high"] is None else entry["ci_high"])
         )
@@ -189,8 +197,8 @@ def test_run_to_run_on_the_simulator_the_p99_interval_covers_the_long_run_value(
     )
     truth_ms = censored.quantile(everything, 0.99)[0] / 1e6
     c = cal.run_coverage("sim", truth_ms, lows, highs)
-    assert c.given >= 20, c.row()
-    assert c.rate >= 0.85, c.row()
+    assert c.given >= 5, c.row()
+    assert c.rate >= 0.9, c.row()
 
 
 def test_a_window_series_mean_covers_and_declines_below_five_windows() -> None:

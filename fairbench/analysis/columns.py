@@ -35,6 +35,7 @@ class Cols:
         "served",
         "slo_ttft",
         "solo_ttft",
+        "solo_ttft_se",
         "t",
         "tenant",
         "tpot_o",
@@ -67,12 +68,14 @@ class Cols:
         timeout_s: float | None,
         unloaded_ns: np.ndarray,
         solo_ttft_p99_ns: Mapping[str, float] | None = None,
+        solo_ttft_p99_log_se: Mapping[str, float | None] | None = None,
     ) -> Cols:
         ttft = censored.ttft_rows(df, timeout_s)
         e2e = censored.e2e_rows(df, timeout_s)
         tpot = censored.tpot_rows(df, timeout_s)
         status = df["status"].to_numpy()
         solo = solo_ttft_p99_ns or {}
+        solo_se = solo_ttft_p99_log_se or {}
         return cls_(
             ok=status == "ok",
             rejected=status == "rejected",
@@ -99,6 +102,9 @@ class Cols:
             t=df["t_intended_ns"].to_numpy(dtype=float),
             slo_ttft=_per_class(df["slo_class"], classes, slos) * 1e9,
             solo_ttft=np.array([solo.get(t, np.nan) for t in tenants], dtype=float),
+            solo_ttft_se=np.array(
+                [np.nan if solo_se.get(t) is None else solo_se[t] for t in tenants], dtype=float
+            ),
             window_s=float(window_s),
         )
 
@@ -106,7 +112,7 @@ class Cols:
         return len(self.ok)
 
     def take(self, idx: np.ndarray) -> Cols:
-        fixed = ("solo_ttft", "window_s")
+        fixed = ("solo_ttft", "solo_ttft_se", "window_s")
         return Cols(
             **{
                 name: getattr(self, name) if name in fixed else getattr(self, name)[idx]

@@ -16,6 +16,7 @@ from fairbench.analysis import intervals as iv
 from fairbench.analysis.columns import Cols
 from fairbench.analysis.drift import METHOD as DRIFT_METHOD
 from fairbench.analysis.drift import Drift, drift
+from fairbench.analysis.fairness_ci import isolation_interval, slowdown_intervals
 from fairbench.analysis.intervals import Interval
 from fairbench.analysis.metric import GROUPS, Compute, Metric, Value
 from fairbench.analysis.metrics import jain
@@ -132,6 +133,32 @@ def _jain_slowdown(c: Cols, mask: np.ndarray | None) -> Value:
     return (jain(np.array(per)) if len(per) >= 2 else math.nan), False
 
 
+def _slowdown_cis(c: Cols, mask: np.ndarray | None) -> tuple[Interval, Interval]:
+    """The group's slowdown intervals, computed once for both figures (the columns' memo)."""
+    key = ("slowdown_cis", 0 if mask is None else hash(np.packbits(mask).tobytes()))
+    if key not in c._memo:
+        c._memo[key] = slowdown_intervals(c, mask)
+    return c._memo[key]
+
+
+def _worst_slowdown_interval(c: Cols, mask: np.ndarray | None) -> Interval:
+    return _slowdown_cis(c, mask)[0]
+
+
+def _jain_slowdown_interval(c: Cols, mask: np.ndarray | None) -> Interval:
+    return _slowdown_cis(c, mask)[1]
+
+
+_SLOWDOWN_CI = (
+    "95%: jackknife over time batches of the group's requests (batch means: each batch ≥ 2 "
+    "Politis–White block lengths and ≥ n/10), Student t on the pseudo-values' effective "
+    "degrees of freedom; with two tenants on "
+    "log(mean ratio), and the figure's interval is that one's image (honest at a tie); "
+    "declined under 10 batches, with the requests and seconds that would do "
+    "(fairbench.analysis.fairness_ci)"
+)
+
+
 def _drift_windows(
     c: Cols, mask: np.ndarray | None
 ) -> tuple[censored.Observations, censored.Observations] | None:
@@ -183,8 +210,10 @@ _KM = (
 _KM_CI = (
     "95%: order statistics with binomial ranks (no censoring) or Kaplan–Meier with Greenwood's "
     "variance inverted (Brookmeyer–Crowley), both widened by batch means for serial correlation "
-    "and declined when the run is too short for it; one-sided [x, ∞) when n cannot bound the "
-    "tail; [bound, ∞) for a bound (fairbench.analysis.intervals)"
+    "(Student t on the batch means' effective degrees of freedom) and declined when the run is "
+    "too short for it (under 10 batches, or a tail exceeded in under 5 independent bursts); "
+    "one-sided [x, ∞) when n cannot bound the tail; [bound, ∞) for a bound "
+    "(fairbench.analysis.intervals)"
 )
 
 
@@ -328,8 +357,15 @@ METRICS: tuple[Metric, ...] = (
         ("overall", "tenant"),
         0.05,
         headline=True,
-        ci="compare bootstraps the mix; the solo arm is fixed",
+        ci="95%: log ratio of the mix's and the solo arm's TTFT p99, each side's standard error "
+        "from its own 68% order-statistic interval (widened for serial correlation), taken as "
+        "independent (they share the tenant's arrivals, which only widens it); the worst "
+        "tenant's figure: [max of lows, max of highs] of the tenants' intervals at 1 − α/k "
+        "(Bonferroni); declined where a side has no two-sided "
+        "interval, with its reason (fairbench.analysis.fairness_ci). compare bootstraps the "
+        "mix with the solo arm fixed",
         compute=_isolation,
+        interval=isolation_interval,
     ),
     Metric(
         "worst_slowdown_ratio",
@@ -343,7 +379,9 @@ METRICS: tuple[Metric, ...] = (
         "admitted requests (an unfinished one enters with its E2E so far: a lower bound)",
         ("overall", "class"),
         0.05,
+        ci=_SLOWDOWN_CI,
         compute=_worst_slowdown,
+        interval=_worst_slowdown_interval,
     ),
     Metric(
         "jain_slowdown",
@@ -354,7 +392,9 @@ METRICS: tuple[Metric, ...] = (
         ("overall", "class"),
         0.02,
         absolute=True,
+        ci=_SLOWDOWN_CI,
         compute=_jain_slowdown,
+        interval=_jain_slowdown_interval,
     ),
     Metric(
         "ttft_p99_drift",
@@ -393,6 +433,10 @@ METRICS: tuple[Metric, ...] = (
         "replicas at 3,200 req/s, where the scheduler's own waits give 0",
         ("overall",),
         0.10,
+        ci="none, and summary.json says why (`ci_reason`): a maximum over the run's backlogged "
+        "intervals is not an estimate of a long-run mean — under an unfair policy it grows with "
+        "the run's length, so there is no long-run value for an interval to cover, and the "
+        "value is exact for the run",
     ),
     Metric(
         "jain_backlogged",

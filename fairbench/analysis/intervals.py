@@ -26,10 +26,18 @@ length of the series' normal scores (`arch.bootstrap.optimal_block_length`). A t
 is too rare for batch means alone (about one p99 exceedance a batch at n = 1,000), so where the
 series' lag-1 correlation is significant τ is also read off its normal-score autocorrelations
 through a Gaussian copula (`copula_factor`), and the larger of the two is used. The ranks become
-n·q ± t_{B−1}·√(n·σ²∞) — Student's t for the B batches the variance rests on — and the
-interval is the wider of this and the exact one. When a run has fewer than 10 batches of that
-length it cannot support a statement about its own noise: the interval is declined, with the
-number of requests (and, where the rate is known, the duration) that would do.
+n·q ± t_ν·√(n·σ²∞) and the interval is the wider of this and the exact one. ν is the batch
+means' effective degrees of freedom: B − 1 for normal batch means, fewer when they are
+heavy-tailed (Satterthwaite, from their kurtosis: `batch_means_df`) — a tail indicator's batch
+means are mostly 0 with a few bursts, and their variance is far noisier than B − 1 claims.
+Where the tail clusters beyond what the copula implies (a queue's bursts), a tail rarer than
+p95 takes at least the p95 indicator's τ: its own rests on n/100 exceedances and follows the
+run's own percentile, so a quiet run measured a small τ. When a run has fewer than 10 batches
+of that length, or its exceedances come in fewer than 5 independent bursts (Ferro–Segers
+declustering: `exceedance_clusters`), it cannot support a statement about its own noise: the
+interval is declined, with the number of requests (and, where the rate is known, the duration)
+that would do. Measured: the calibration queue's p99 at 9/s per tenant covered 83% of 60 seeds
+with B − 1 and no burst count, 98% of those given (93 of 120 seeds) with them.
 
 **Censoring.** With right-censored observations (requests that never finished), the
 Kaplan–Meier analogue: Greenwood's variance of F (scaled by the same dependence factor),
@@ -56,6 +64,8 @@ MIN_BATCHES = 10  # fewer cannot estimate a long-run variance (Law & Kelton: 10�
 MAX_BATCHES = 30
 MIN_DEPENDENCE_N = 30  # below this the series is treated as i.i.d. (nothing to estimate)
 DEPENDENCE_LEVEL = 0.90
+MIN_CLUSTERS = 5  # fewer independent bursts of exceedances cannot show how large bursts get
+TAIL_FLOOR_Q = 0.95  # a rarer indicator's τ is at least the p95 indicator's (see `tail_floor`)
 MAX_BLOCK_SAMPLE = 20_000  # Politis–White on at most this many leading values (10 ms, not 0.3 s)
 
 METHOD_EXACT = "order statistics (binomial ranks, interpolated)"
@@ -77,14 +87,29 @@ class Dependence:
     batches: int
     factor: float = 1.0
     rate_per_s: float | None = None  # requests per second of the series, where times are known
+    df: float | None = None  # effective degrees of freedom of τ (None: batches − 1)
+    clusters: int | None = None  # independent bursts of the exceedances (None: not counted)
+    n: int = 0  # the series' length, where the clusters were counted on it
 
     @property
     def enough(self) -> bool:
-        return self.batches >= MIN_BATCHES
+        return self.batches >= MIN_BATCHES and (
+            self.clusters is None or self.clusters >= MIN_CLUSTERS
+        )
 
     @property
     def needed_n(self) -> int:
-        return self.batch * MIN_BATCHES
+        need = self.batch * MIN_BATCHES
+        if self.clusters is not None and self.clusters < MIN_CLUSTERS and self.n:
+            need = max(need, math.ceil(self.n * MIN_CLUSTERS / max(self.clusters, 1)))
+        return need
+
+    @property
+    def degrees(self) -> float:
+        """Student t's degrees of freedom for τ: the batch means' effective ones (`df`), never
+        more than batches − 1."""
+        plain = float(max(self.batches - 1, 1))
+        return plain if self.df is None else max(1.0, min(self.df, plain))
 
 
 IID = Dependence(batch=1, batches=MAX_BATCHES)
@@ -219,12 +244,62 @@ def copula_lags(n: int, dep: Dependence) -> int:
     return int(min(n // 4, max(10, 4 * dep.batch)))
 
 
-def with_factor(dep: Dependence, factor: float) -> Dependence:
-    return Dependence(dep.batch, dep.batches, factor, dep.rate_per_s)
+def with_factor(
+    dep: Dependence,
+    factor: float,
+    df: float | None = None,
+    clusters: int | None = None,
+    n: int = 0,
+) -> Dependence:
+    return Dependence(dep.batch, dep.batches, factor, dep.rate_per_s, df, clusters, n)
 
 
 def with_rate(dep: Dependence, rate_per_s: float | None) -> Dependence:
-    return Dependence(dep.batch, dep.batches, dep.factor, rate_per_s)
+    return Dependence(dep.batch, dep.batches, dep.factor, rate_per_s, dep.df, dep.clusters, dep.n)
+
+
+def effective_df(means: np.ndarray) -> float | None:
+    """ν = 2 / (2/(B − 1) + κ/B) of B batch means with excess kurtosis κ (see
+    `batch_means_df`); None where they have no spread."""
+    b = len(means)
+    if b < 4 or float(np.std(means)) == 0.0:
+        return None
+    kappa = max(0.0, float(sps.kurtosis(means, fisher=True, bias=False)))
+    return max(1.0, 2.0 / (2.0 / (b - 1) + kappa / b))
+
+
+def batch_means_df(indicator: np.ndarray, dep: Dependence) -> float | None:
+    """The effective degrees of freedom of batch means' variance when the batch means are not
+    normal. Why: a tail indicator's batch means are mostly 0 with a few bursts, so their
+    sample variance is far noisier than χ²(B − 1) says, and a quiet run's small variance was
+    read as precise (sim p99 at 9/s covered 83% of 60 seeds). With κ the batch means' excess
+    kurtosis, Var(s²)/σ⁴ = 2/(B − 1) + κ/B; matching a scaled χ²(ν) (Satterthwaite) gives
+    ν = 2 / (2/(B − 1) + κ/B), never above B − 1. None where there are no batches to read."""
+    n = len(indicator)
+    if dep.batch <= 1 or dep.batches < 4 or n < MIN_DEPENDENCE_N:
+        return None
+    used = indicator[n - dep.batches * dep.batch :].astype(np.float64)
+    return effective_df(used.reshape(dep.batches, dep.batch).mean(axis=1))
+
+
+def exceedance_clusters(exceed: np.ndarray) -> int:
+    """How many independent bursts a series' exceedances (a 0/1 series in time order) come in:
+    the extremal index θ by Ferro and Segers' intervals estimator (J. R. Stat. Soc. B 65,
+    2003), which needs no run length chosen by hand, and the N exceedances declustered into
+    ⌊θ·N⌋ clusters at their largest gaps. Why: a queue's tail comes in bursts, and how far a
+    run's percentile can be from the long-run one depends on how many bursts the run saw, not
+    on how many requests exceeded it; 60 requests over p99 in two bursts are two
+    observations."""
+    where = np.flatnonzero(exceed)
+    n = len(where)
+    if n < 2:
+        return n
+    gaps = np.diff(where).astype(np.float64)
+    if gaps.max() <= 2:
+        theta = 2.0 * gaps.sum() ** 2 / ((n - 1) * float((gaps * gaps).sum()))
+    else:
+        theta = 2.0 * (gaps - 1).sum() ** 2 / ((n - 1) * float(((gaps - 1) * (gaps - 2)).sum()))
+    return max(1, math.floor(min(1.0, theta) * n))
 
 
 # ------------------------------------------------------------------ percentiles
@@ -253,7 +328,7 @@ def needed_n(q: float, confidence: float, dep: Dependence = IID) -> int:
     exact = min_n_two_sided(q, confidence)
     if dep.factor <= 1.0:
         return exact
-    crit = float(sps.t.ppf(1 - (1 - confidence) / 2, max(dep.batches - 1, 1)))
+    crit = float(sps.t.ppf(1 - (1 - confidence) / 2, dep.degrees))
     b = crit * math.sqrt(q * (1 - q) * dep.factor)
     root = (b + math.sqrt(b * b + 4 * (1 - q))) / (2 * (1 - q))
     return max(exact, math.ceil(root * root))
@@ -288,7 +363,7 @@ def _exact_ranks(n: int, q: float, tail: float) -> tuple[float, float]:
 
 
 def _dependent_ranks(n: int, q: float, dep: Dependence, tail: float) -> tuple[float, float]:
-    crit = float(sps.t.ppf(1 - tail, max(dep.batches - 1, 1)))
+    crit = float(sps.t.ppf(1 - tail, dep.degrees))
     half = crit * math.sqrt(n * q * (1 - q) * dep.factor)
     centre = n * q
     upper = centre + half + 1.0
@@ -338,6 +413,12 @@ def _too_short(dep: Dependence) -> str:
     duration = ""
     if dep.rate_per_s:
         duration = f", ≈ {dep.needed_n / dep.rate_per_s:,.0f} s at this rate"
+    if dep.batches >= MIN_BATCHES and dep.clusters is not None:
+        return (
+            f"run too short for its own correlation: its exceedances come in {dep.clusters} "
+            f"independent bursts, an interval needs ≥ {MIN_CLUSTERS} (≥ {dep.needed_n:,} "
+            f"requests{duration})"
+        )
     return (
         f"run too short for its own correlation: {dep.batches} batches of {dep.batch} requests, "
         f"an interval needs ≥ {MIN_BATCHES} (≥ {dep.needed_n:,} requests{duration})"
@@ -365,13 +446,18 @@ def km_interval(
     if dep.factor > 1.0 and not dep.enough:
         return declined(confidence, method, _too_short(dep))
     se = np.sqrt(np.maximum(var, 0.0) * max(dep.factor, 1.0))
-    z = float(sps.norm.ppf(1 - (1 - confidence) / 2))
+    dependent = dep.factor > 1.0
+    z = float(
+        sps.t.ppf(1 - (1 - confidence) / 2, dep.degrees)
+        if dependent
+        else sps.norm.ppf(1 - (1 - confidence) / 2)
+    )
     lo_hit = np.flatnonzero(cdf + z * se >= q - 1e-12)
     hi_hit = np.flatnonzero(cdf - z * se >= q - 1e-12)
     if len(hi_hit):
         low = float(times[lo_hit[0]]) if len(lo_hit) else value
         return Interval(min(low, value), max(float(times[hi_hit[0]]), value), confidence, method)
-    z1 = float(sps.norm.ppf(confidence))
+    z1 = float(sps.t.ppf(confidence, dep.degrees) if dependent else sps.norm.ppf(confidence))
     lo_hit = np.flatnonzero(cdf + z1 * se >= q - 1e-12)
     low = float(times[lo_hit[0]]) if len(lo_hit) else value
     return Interval(

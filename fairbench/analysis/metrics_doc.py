@@ -18,21 +18,37 @@ INTERVALS = [
     "when n cannot bound the tail from above (a 95% p99 needs n ≥ 368), with the n that would.",
     "- **Serial correlation**: requests of one queue are not independent. The long-run variance "
     "of the percentile's indicator is estimated by batch means (10–30 batches, each at least two "
-    "Politis–White block lengths, `arch`); where it is significant the ranks widen by it, and a "
-    "run with fewer than 10 such batches gets **no interval**, with the requests and the "
-    "duration that would do.",
+    "Politis–White block lengths, `arch`); where it is significant the ranks widen by it, with "
+    "Student t on the batch means' effective degrees of freedom (fewer than B − 1 when a "
+    "tail's batch means are mostly 0 with a few bursts). A run with fewer than 10 such "
+    "batches, or whose tail is exceeded in fewer than 5 independent bursts (Ferro–Segers "
+    "declustering), gets **no interval**, with the requests and the duration that would do.",
     "- **Censoring**: Kaplan–Meier with Greenwood's variance (scaled for dependence) inverted "
     "at q (Brookmeyer–Crowley); a percentile in censored mass is a lower bound `[x, ∞)`.",
     "- **Shares** (SLO attainment, rejected, unfinished, starved): Wilson on n / τ.",
     "- **Drift**: log ratio of the last and first windows' percentiles, each window's standard "
     "error from its own interval; the p-value (`trend_p`) is the same statistic's, so the test "
     "and the interval always agree.",
+    "- **Fairness figures**: `worst_slowdown_ratio` and `jain_slowdown` by a jackknife over time "
+    "batches of the requests (batch means; with two tenants, t on log(mean ratio) and the "
+    "figure's interval its image, honest at a tie); `isolation` as the log ratio of the mix's "
+    "and the solo arm's p99 intervals; `jain_backlogged` by Student t over contended windows "
+    "(batch means from 30). `service_difference` has **no interval**, by design: it is a "
+    "maximum over the run, which under an unfair policy grows with the run's length, so there "
+    "is no long-run value to cover (fairbench/analysis/fairness_ci.py).",
     "",
     "Coverage measured by `python benchmarks/bench_calibration.py` (known truths: lognormal, "
     "Pareto(2.5), exp of Gaussian AR(1); simulator: 30 seeds of "
-    "`scenarios/calibration/queue.yaml` against the p99 pooled over the 30 runs). Goal: "
-    "[93%, 97%] wherever an interval is given. Replications: the binomial error of a 95% "
-    "coverage is ±1.4 points at 1,000 and ±4 points at 30.",
+    "`scenarios/calibration/queue.yaml` and of `scenarios/calibration/fairness.yaml` against "
+    "the value pooled over the 30 runs; isolation's solo side pooled from each tenant run "
+    "alone). A `figure` row is a fairness figure's interval. Goal: "
+    "[93%, 97%] wherever an interval is given; a cell with fewer than 20 given intervals is "
+    "shown, not judged. Replications: the binomial error of a 95% coverage is ±1.4 points at "
+    "1,000, ±2.5 at 300 and ±4 at 30. This table: `--reps 300` (the synthetic rows; 1,000 by "
+    "default) and 30 seeds per simulated arm. At a tie (two tenants alike: the 7/s, 9/s and "
+    "FIFO slowdown rows) the slowdown figures cover by construction, near 100%. Below goal: "
+    "p90 at 9/s (90%) and the slowdown figures under VTC near capacity (70%: a run without a "
+    "large backlog episode of the heavy tenant shows too little spread).",
     "",
     *resources.files("fairbench.analysis")
     .joinpath("calibration_table.md")

@@ -47,6 +47,7 @@ from fairbench.analysis.blocks import (
     unloaded_ns,
 )
 from fairbench.analysis.columns import Cols
+from fairbench.analysis.fairness_ci import service_difference_interval
 from fairbench.analysis.isolation import isolation_detail
 from fairbench.analysis.registry import metrics_block
 from fairbench.analysis.sessions import session_block
@@ -284,9 +285,11 @@ def build_summary(
     accounting: Mapping[str, Any],
     closed_loop: bool = False,
     solo_ttft_p99_ns: Mapping[str, float] | None = None,
+    solo_ttft_p99_log_se: Mapping[str, float | None] | None = None,
 ) -> dict[str, Any]:
     """summary.json from a run's records. `solo_ttft_p99_ns`: each tenant's TTFT p99 when its
-    requests run alone (the isolation figure's solo arm), where the caller could measure it."""
+    requests run alone (the isolation figure's solo arm), where the caller could measure it;
+    `solo_ttft_p99_log_se` the standard error of its log (the isolation interval's solo side)."""
     start, end = measurement_window(scn, plan_span_s)
     df = _window(records, start, end)
     window = end - start
@@ -306,6 +309,7 @@ def build_summary(
         timeout_s=timeout_s,
         unloaded_ns=unloaded_ns(df, scn)[0] if len(df) else np.zeros(0),
         solo_ttft_p99_ns=solo_ttft_p99_ns,
+        solo_ttft_p99_log_se=solo_ttft_p99_log_se,
     )
     met = cols.met
     latencies = _latencies(df, timeout_s, cols)
@@ -361,7 +365,9 @@ def build_summary(
             "jain_backlogged": jw["mean"],
             "jain_backlogged_min": jw["min"],
         }
-    cis = {"jain_backlogged": jw["mean_ci"]} if len(df) and jw["mean_ci"] else {}
+    cis: dict[str, Any] = {"service_difference": service_difference_interval().fields()}
+    if len(df) and jw["mean_ci"]:
+        cis["jain_backlogged"] = jw["mean_ci"]
     summary["metrics"] = metrics_block(cols, names, timeline, cis)
     summary["fairness"]["solo_ttft_p99_ms"] = {
         t: round(v / 1e6, 4) for t, v in (solo_ttft_p99_ns or {}).items()

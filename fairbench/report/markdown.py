@@ -85,18 +85,42 @@ def why_none(summary: dict[str, Any], name: str) -> str:
 
 
 def figure_text(summary: dict[str, Any], name: str) -> str:
-    """A fairness figure as people read it, or why it has none."""
+    """A fairness figure as people read it, with its 95% interval or why it has none; or why
+    the figure itself has none."""
     entry = summary.get("metrics", {}).get("overall", {}).get(name) or {}
     value = entry.get("value")
     reason = (summary.get("fairness", {}).get(name) or {}) if name == "service_difference" else {}
     if value is None:
         return why_none(summary, name)
-    text = registry.show(registry.get(name).unit, value, bool(entry.get("lower_bound")))
+    unit = registry.get(name).unit
+    text = registry.show(unit, value, bool(entry.get("lower_bound")))
     if isinstance(reason, dict) and reason.get("reason"):
-        text += f" ({reason['reason']})"
+        text += f" ({reason['reason']})"  # no contention: nothing to put an interval on
+    else:
+        text += interval_suffix(entry, unit)
     if name == "isolation":
         text += _isolation_note(summary)
     return text
+
+
+SHORT_REASONS = {
+    # a reason too long for one line of figures, said in full in summary.json and docs/metrics.md
+    "none: a maximum over the run": "a maximum over this run, not an estimate",
+}
+
+
+def interval_suffix(entry: dict[str, Any], unit: str) -> str:
+    """` [low, high]` (`∞)` where open), or ` (no interval: why)`; nothing for an entry that
+    carries no interval fields."""
+    if "ci_method" not in entry:
+        return ""
+    low, high = entry.get("ci_low"), entry.get("ci_high")
+    if low is None and high is None:
+        why = SHORT_REASONS.get(str(entry.get("ci_method"))) or entry.get("ci_reason") or "none"
+        return f" (no interval: {why})"
+    lo = registry.show(unit, low) if low is not None else "-∞"
+    hi = registry.show(unit, high) if high is not None else "∞"
+    return f" [{lo}, {hi}{']' if high is not None else ')'}"
 
 
 def _isolation_note(summary: dict[str, Any]) -> str:
@@ -117,6 +141,7 @@ def fairness_line(summary: dict[str, Any]) -> str:
         ("service_difference", "backlogged service difference"),
         ("jain_backlogged", "Jain among the backlogged"),
         ("isolation", "worst isolation"),
+        ("worst_slowdown_ratio", "worst ÷ best slowdown"),
     ):
         parts.append(f"{label} {figure_text(summary, name)}")
     return "Fairness: " + ", ".join(parts) + "."

@@ -151,8 +151,8 @@ def fairness_table(summary: dict[str, Any]) -> str:
         entry = overall.get(name) or {}
         metric = registry.get(name)
         value = registry.show(metric.unit, entry.get("value"), bool(entry.get("lower_bound")))
-        if entry.get("value") is None or name in ("service_difference", "isolation"):
-            value = figure_text(summary, name)  # words, not a dash, where there is no value
+        if entry.get("value") is None or "ci_method" in entry or name == "isolation":
+            value = figure_text(summary, name)  # with its interval, or words where none
         if name == "service_difference" and (fair.get("service_difference") or {}).get("pair"):
             value += " (" + " vs ".join(fair["service_difference"]["pair"]) + ")"
         if name == "isolation":

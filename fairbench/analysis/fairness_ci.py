@@ -1,0 +1,286 @@
+"""Intervals of the fairness figures: slowdown ratio and Jain's index, isolation, and why the
+backlogged service difference has none.
+
+Why this module exists: `worst_slowdown_ratio`, `jain_slowdown` and `isolation` were printed
+bare, so a ratio of 1.3 from one run read as a fact. Each is a smooth function of quantities a
+run estimates (tenants' mean slowdowns, two TTFT p99s), and each quantity is computed over
+serially correlated requests, so the intervals come from methods built for dependent data:
+
+**Slowdown figures** (mean slowdown per tenant, then max ÷ min, or Jain's index over them).
+The group's requests in time order are cut into B contiguous batches, each at least two
+Politis–White block lengths of the slowdown series and at least n/10, and the figure is
+jackknifed over the batches (t on the pseudo-values' effective degrees of freedom, as
+fairbench.analysis.intervals reads batch means' kurtosis): delete one batch,
+recompute every tenant's mean, and read the spread of the B leave-one-out values (Law & Kelton's
+jackknifed batch means for a ratio of means). With two tenants both figures are functions of
+one number, θ = log(mean_a ÷ mean_b): worst ratio = exp|θ|, Jain = (1 + r)² ÷ (2(1 + r²)) with
+r = exp|θ|. θ gets θ̂ ± t_{B−1}·se, and each figure the image of that interval, which is honest
+at a tie (θ = 0 is covered whenever θ's interval covers it, where a delta method on exp|θ|
+would shrink to nothing). With more tenants the figure itself is jackknifed (delta method; a
+near-tie between the top two makes it conservative, not narrow). Fewer than 10 batches decline,
+with the requests and seconds that would do.
+
+**Isolation** (a tenant's TTFT p99 in the mix ÷ alone). Each p99 has its order-statistic
+interval (widened for serial correlation, fairbench.analysis.intervals) at 68.27%, read as a
+standard error of its log; log ratio ± z·√(se_mix² + se_solo²), the two taken as independent.
+They share the tenant's arrivals, which correlates them positively, so this only overstates the
+variance. Where either p99 has no two-sided interval, neither has the ratio, with that side's
+reason. The overall figure is the worst tenant's; its interval is [max lows, max highs] over the
+tenants' intervals at 1 − α/k each (Bonferroni), declined if any tenant's is.
+
+**Service difference** (max over tenant pairs and intervals in which both were backlogged).
+A maximum over the run, not an estimate of a long-run mean: under an unfair policy it grows
+with the run's length, so no long-run value exists for an interval to cover, and the run's value
+is exact for the run. It is declined, with that reason, everywhere it is printed.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import stats as sps
+
+from fairbench.analysis import censored
+from fairbench.analysis import intervals as iv
+from fairbench.analysis.columns import Cols
+from fairbench.analysis.drift import ONE_SE
+from fairbench.analysis.metrics import jain
+
+CONFIDENCE = 0.95
+METHOD_SLOWDOWN_PAIR = (
+    "jackknife over time batches (batch means, {batches} of {batch} requests), t on log(mean "
+    "ratio), its image for max ÷ min and Jain"
+)
+METHOD_SLOWDOWN_MANY = (
+    "jackknife over time batches (batch means, {batches} of {batch} requests), t on the figure "
+    "(delta method)"
+)
+METHOD_ISOLATION = (
+    "log ratio of the mix's and the solo arm's p99 order-statistic intervals (delta method, "
+    "taken as independent)"
+)
+METHOD_ISOLATION_WORST = (
+    "the worst tenant's: from the largest of the tenants' lows to the largest high, each "
+    "tenant's at {each:.1%} (Bonferroni)"
+)
+METHOD_MAXIMUM = "none: a maximum over the run"
+REASON_MAXIMUM = (
+    "no interval: a maximum over the run's backlogged intervals, not an estimate of a long-run "
+    "mean (it grows with the run's length under an unfair policy); the value is exact for this run"
+)
+
+
+def service_difference_interval() -> iv.Interval:
+    """The backlogged service difference's declined interval, with the reason (module
+    docstring)."""
+    return iv.declined(CONFIDENCE, METHOD_MAXIMUM, REASON_MAXIMUM)
+
+
+# ------------------------------------------------------------------ slowdown
+
+
+def _slowdown_batches(c: Cols, mask: np.ndarray | None) -> tuple[np.ndarray, ...] | iv.Interval:
+    """Per batch (rows) and tenant (columns): slowdown sums and counts of the group's requests in
+    time order, with the batching; or the declined interval when there are too few batches."""
+    sel = c.e2e_x if mask is None else c.e2e_x & mask
+    rows = np.flatnonzero(sel)
+    order = rows[np.argsort(c.t[rows], kind="stable")]
+    slow = c.e2e_t[order] / c.unloaded[order]
+    tenant = c.tenant[order]
+    finite = np.isfinite(slow) & (tenant >= 0)
+    slow, tenant = slow[finite], tenant[finite]
+    n = len(slow)
+    dep = _batching(slow)
+    if n < iv.MIN_DEPENDENCE_N or dep.batches < iv.MIN_BATCHES:
+        need = dep.batch * iv.MIN_BATCHES if n >= iv.MIN_DEPENDENCE_N else iv.MIN_DEPENDENCE_N
+        span_s = (float(np.ptp(c.t[order])) / 1e9) if len(order) > 1 else 0.0
+        rate = n / span_s if span_s > 0 else None
+        seconds = f", ≈ {need / rate:,.0f} s at this rate" if rate else ""
+        return iv.declined(
+            CONFIDENCE,
+            METHOD_SLOWDOWN_MANY.format(batches=dep.batches, batch=dep.batch),
+            f"run too short for its own correlation: {dep.batches} batches of {dep.batch} "
+            f"requests, an interval needs ≥ {iv.MIN_BATCHES} (≥ {need:,} requests{seconds})",
+        )
+    used = slice(n - dep.batches * dep.batch, n)
+    batch_of = np.repeat(np.arange(dep.batches), dep.batch)
+    k = int(tenant.max()) + 1
+    sums = np.zeros((dep.batches, k))
+    counts = np.zeros((dep.batches, k))
+    np.add.at(sums, (batch_of, tenant[used]), slow[used])
+    np.add.at(counts, (batch_of, tenant[used]), 1.0)
+    present = counts.sum(axis=0) > 0
+    return sums[:, present], counts[:, present], np.array([dep.batch, dep.batches])
+
+
+BATCHES = 10  # the most batches the slowdown figures are cut into (see `_batching`)
+
+
+def _batching(slow: np.ndarray) -> iv.Dependence:
+    """Batches of at least two Politis–White block lengths and n / BATCHES requests. Why not
+    the percentiles' 30: a tenant's slowdown comes in backlog episodes that last longer than
+    the block length read off all requests, so fewer, longer batches are less biased (Law &
+    Kelton's lower end). Measured on 30 seeds of the fairness queue under VTC, 63% coverage with
+    30 batches and B − 1 degrees of freedom, 70% with 10 and the pseudo-values' effective ones:
+    still short of the goal, because a run without a large backlog episode of the heavy tenant
+    shows little spread (run-to-run SD of log ratio 0.26, median half-width 0.38)."""
+    n = len(slow)
+    if n < iv.MIN_DEPENDENCE_N:
+        return iv.Dependence(batch=1, batches=max(n, 1))
+    batch = max(math.ceil(2 * iv.block_length(slow)), n // BATCHES, 1)
+    return iv.Dependence(batch=batch, batches=n // batch)
+
+
+def _leave_one_out(sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Each tenant's mean without each batch (rows: the batch left out); NaN where a tenant's
+    requests all lie in that batch."""
+    total_s, total_n = sums.sum(axis=0), counts.sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (total_s - sums) / (total_n - counts)
+
+
+def slowdown_intervals(c: Cols, mask: np.ndarray | None = None) -> tuple[iv.Interval, iv.Interval]:
+    """(worst_slowdown_ratio's interval, jain_slowdown's) for a group (module docstring)."""
+    got = _slowdown_batches(c, mask)
+    if isinstance(got, iv.Interval):
+        return got, got
+    sums, counts, (batch, batches) = got
+    k = sums.shape[1]
+    if k < 2:
+        none = iv.declined(CONFIDENCE, METHOD_SLOWDOWN_MANY, "fewer than two tenants")
+        return none, none
+    means = sums.sum(axis=0) / counts.sum(axis=0)
+    loo = _leave_one_out(sums, counts)
+    pair = k == 2
+    method = (METHOD_SLOWDOWN_PAIR if pair else METHOD_SLOWDOWN_MANY).format(
+        batches=int(batches), batch=int(batch)
+    )
+    if not np.all(np.isfinite(loo)) or np.any(loo <= 0) or np.any(means <= 0):
+        reason = "a tenant's requests lie in one batch: its mean has no spread to read"
+        return iv.declined(CONFIDENCE, method, reason), iv.declined(CONFIDENCE, method, reason)
+    t = float(sps.t.ppf(0.5 + CONFIDENCE / 2, int(batches) - 1))
+    if pair:
+        theta = math.log(means[0] / means[1])
+        low, high = _jackknife(theta, np.log(loo[:, 0] / loo[:, 1]), t)
+        small, large = _abs_image(low, high)
+        worst = iv.Interval(math.exp(small), math.exp(large), CONFIDENCE, method)
+        jain_it = iv.Interval(_jain_pair(large), _jain_pair(small), CONFIDENCE, method)
+        return worst, jain_it
+    log_worst = math.log(means.max() / means.min())
+    low, high = _jackknife(log_worst, np.log(loo.max(axis=1) / loo.min(axis=1)), t)
+    worst = iv.Interval(math.exp(max(low, 0.0)), math.exp(high), CONFIDENCE, method)
+    j_low, j_high = _jackknife(jain(means), np.array([jain(row) for row in loo]), t)
+    jain_it = iv.Interval(max(j_low, 1.0 / k), min(j_high, 1.0), CONFIDENCE, method)
+    return worst, jain_it
+
+
+def _jackknife(point: float, leave_one_out: np.ndarray, t: float) -> tuple[float, float]:
+    """point ± t·se, se² = (B − 1)/B · Σ (θ₋ᵦ − mean θ₋)² (Efron's jackknife); t on the
+    pseudo-values' effective degrees of freedom (`iv.effective_df`: fewer than B − 1 when
+    one batch's backlog episode dominates)."""
+    b = len(leave_one_out)
+    se = math.sqrt((b - 1) / b * float(((leave_one_out - leave_one_out.mean()) ** 2).sum()))
+    pseudo = b * point - (b - 1) * leave_one_out
+    df = iv.effective_df(pseudo)
+    if df is not None:
+        t = max(t, float(sps.t.ppf(0.5 + CONFIDENCE / 2, df)))
+    return point - t * se, point + t * se
+
+
+def _abs_image(low: float, high: float) -> tuple[float, float]:
+    """The image of [low, high] under |·|."""
+    if low <= 0.0 <= high:
+        return 0.0, max(-low, high)
+    return min(abs(low), abs(high)), max(abs(low), abs(high))
+
+
+def _jain_pair(abs_log_ratio: float) -> float:
+    """Jain's index of two values whose ratio is exp(abs_log_ratio)."""
+    r = math.exp(abs_log_ratio)
+    return (1.0 + r) ** 2 / (2.0 * (1.0 + r * r))
+
+
+# ------------------------------------------------------------------ isolation
+
+
+def log_se(obs: censored.Observations, q: float = 0.99) -> float | None:
+    """The standard error of log p_q from its central 68.27% interval (± one se; as the drift
+    reads each window's), or None where that interval is not two-sided. Where the interval was
+    widened for dependence on ν effective degrees of freedom, the se is scaled by
+    t_ν(97.5%) / (1.96 · t_ν(84.1%)), so that ± 1.96 se reaches as far as the 95% interval's
+    own t would: read at one se, a heavy-tailed τ's few degrees of freedom were lost (isolation
+    covered 89% at 9/s per tenant on the calibration queue)."""
+    est = censored.quantile_estimate(obs, q, ONE_SE)
+    if est.bound or not (math.isfinite(est.low) and math.isfinite(est.high)) or est.low <= 0:
+        return None
+    z = float(sps.norm.ppf(0.5 + ONE_SE / 2))
+    se = (math.log(est.high) - math.log(est.low)) / (2 * z)
+    dep = obs.dependence_at(est.value)
+    if dep.factor > 1.0:
+        nu, z95 = dep.degrees, float(sps.norm.ppf(0.5 + CONFIDENCE / 2))
+        wide = float(sps.t.ppf(0.5 + CONFIDENCE / 2, nu)) / float(sps.t.ppf(0.5 + ONE_SE / 2, nu))
+        se *= max(1.0, wide * z / z95)
+    return se
+
+
+def _why_mix(obs: censored.Observations) -> str:
+    est = censored.quantile_estimate(obs, 0.99, ONE_SE)
+    if est.interval is not None and est.interval.reason:
+        return est.interval.reason
+    return f"{est.n} requests"
+
+
+def tenant_isolation_interval(c: Cols, k: int, confidence: float = CONFIDENCE) -> iv.Interval:
+    """Tenant k's isolation interval (module docstring)."""
+    solo = float(c.solo_ttft[k]) if 0 <= k < len(c.solo_ttft) else math.nan
+    if not math.isfinite(solo) or solo <= 0:
+        return iv.declined(CONFIDENCE, METHOD_ISOLATION, "no solo arm")
+    obs = c.obs("ttft", c.tenant == k)
+    mix, bound = censored.quantile(obs, 0.99)
+    if bound or not mix > 0:
+        return iv.declined(CONFIDENCE, METHOD_ISOLATION, "the mix's p99 is only a lower bound")
+    se_solo = float(c.solo_ttft_se[k]) if 0 <= k < len(c.solo_ttft_se) else math.nan
+    if not math.isfinite(se_solo):
+        return iv.declined(
+            CONFIDENCE,
+            METHOD_ISOLATION,
+            "the solo arm cannot bound its p99 (too few requests, or too short for its "
+            "correlation)",
+        )
+    se_mix = log_se(obs)
+    if se_mix is None:
+        return iv.declined(
+            CONFIDENCE, METHOD_ISOLATION, f"no two-sided interval of the mix's p99: {_why_mix(obs)}"
+        )
+    z = float(sps.norm.ppf(0.5 + confidence / 2))
+    centre, half = math.log(mix / solo), z * math.hypot(se_mix, se_solo)
+    return iv.Interval(
+        math.exp(centre - half), math.exp(centre + half), confidence, METHOD_ISOLATION
+    )
+
+
+def isolation_interval(c: Cols, mask: np.ndarray | None = None) -> iv.Interval:
+    """A group's isolation interval: one tenant's, or for several the worst tenant's as
+    [max of lows, max of highs] of the tenants' intervals at 1 − α/k each (Bonferroni: the
+    worst is bounded only where every tenant's interval holds at once; at 95% each, two
+    tenants' worst covered 89% at 9/s on the calibration queue); declined where any tenant
+    with a value has none."""
+    ks = sorted({int(k) for k in np.unique(c.tenant if mask is None else c.tenant[mask])})
+    ks = [k for k in ks if k >= 0 and 0 <= k < len(c.solo_ttft) and np.isfinite(c.solo_ttft[k])]
+    if not ks:
+        return iv.declined(CONFIDENCE, METHOD_ISOLATION, "no solo arm")
+    if len(ks) == 1:
+        return tenant_isolation_interval(c, ks[0])
+    each = 1.0 - (1.0 - CONFIDENCE) / len(ks)
+    found = [tenant_isolation_interval(c, k, each) for k in ks]
+    missing = [it for it in found if it.declined]
+    if missing:
+        method = METHOD_ISOLATION_WORST.format(each=each)
+        return iv.declined(CONFIDENCE, method, missing[0].reason or "")
+    return iv.Interval(
+        max(it.low for it in found),
+        max(it.high for it in found),
+        CONFIDENCE,
+        METHOD_ISOLATION_WORST.format(each=each),
+    )
