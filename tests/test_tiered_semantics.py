@@ -6,6 +6,7 @@ scenarios/control-tiers.yaml; the decision tests below failed on it."""
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -120,3 +121,50 @@ def test_three_tier_protects_chat_at_least_as_well_as_fifo() -> None:
     priority = interactive_ttft_ms("priority")
     assert tiers[0] > fifo[0] and tiers[1] < 0.6 * fifo[1]
     assert tiers[1] <= priority[1] * 1.1
+
+
+def test_preemption_leaves_a_tier_its_floor() -> None:
+    """A tier at its floor is not preempted for a more urgent one: it would be served first
+    again at once (the guarantee pass), and one admission pass then preempted and resumed the
+    same job forever. Above the floor it may be; a victim of the candidate's own tier keeps the
+    tier's count."""
+    app = Job(9, "app", "interactive", 200, 100, 0, seq=9)
+    doc = Job(8, "docs", "batch", 4000, 300, 0, seq=8)
+    other_doc = Job(7, "docs", "batch", 4000, 300, 0, seq=7)
+    policy = two_tiers([3, 7])
+    assert policy.floors[1] * policy.capacity == pytest.approx(5.5)
+    assert not policy.protects(doc, [], app)  # batch 7 -> 6, above its floor of 5.5
+    assert policy.protects(doc, [other_doc], app)  # a second victim would leave 5
+    assert two_tiers([3, 6]).protects(doc, [], app)  # 6 -> 5: below the floor
+    assert not two_tiers([3, 5]).protects(other_doc, [], doc)  # same tier: count unchanged
+
+
+def test_swap_preemption_under_tiers_ends() -> None:
+    """The reproducer of the endless admission pass: three-tier, swap preemption, six slots per
+    replica. Before the floor was respected, one batch job was preempted and resumed forever in
+    a single pass (virtual time stood still and the preemption log grew without bound)."""
+    from tests.test_sim_fast_paths import _jobs
+
+    jobs = _jobs(600, 1)
+    config = parse_scheduler_config(
+        {
+            "policy": "three-tier",
+            "profile": "a10g-llama2-7b",
+            "replicas": 3,
+            "max_num_seqs": 6,
+            "preemption": {"mode": "swap"},
+        }
+    )
+
+    def endless(*_: object) -> None:
+        raise AssertionError("the simulation did not end in 300 s: an endless admission pass")
+
+    previous = signal.signal(signal.SIGALRM, endless)
+    signal.alarm(300)  # a hang fails the test instead of the suite (it takes ~1 s)
+    try:
+        result = simulate(jobs, config, timeout_ns=2_000_000_000_000)  # nothing times out
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert all(job.status == "finished" for job in jobs)
+    assert result.steps > 0

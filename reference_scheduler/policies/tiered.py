@@ -162,6 +162,18 @@ class Tiered(BasePolicy):
     def resumed(self, job: Job, now_ns: int) -> None:
         self.running[self.tier_of(job)] += 1
 
+    def protects(self, victim: Job, chosen: Sequence[Job], cand: Job) -> bool:
+        """Whether preempting `victim` (beside the victims `chosen` so far) to admit `cand` would
+        leave the victim's tier below its floor: the floor is what compression leaves a tier,
+        and a tier below it is served first (the guarantee pass), so the room would go straight
+        back to it and the pass would preempt and resume the same job forever. A victim of
+        cand's own tier leaves the tier's count as it was."""
+        k = self.tier_of(victim)
+        if k == self.tier_of(cand):
+            return False
+        taken = sum(1 for job in chosen if self.tier_of(job) == k)
+        return self.running[k] - taken - 1 < self.floors[k] * self.capacity
+
     def borrowed(self) -> list[float]:
         """Slots each tier runs above its quota right now."""
         return [

@@ -284,10 +284,14 @@ class Engine:
             return False
         slots = rep.slots
         blocks = rep.free_blocks
-        chosen = []
+        chosen: list[Job] = []
+        # a policy with guarantees (tiered's floors) keeps the jobs they hold from preemption
+        protects = getattr(self.policy, "protects", None)
         for victim in victims:
             if slots < self.profile.max_num_seqs and need <= blocks:
                 break
+            if protects is not None and protects(victim, chosen, cand):
+                continue
             chosen.append(victim)
             slots -= 1
             if not cooperative:
