@@ -149,6 +149,8 @@ def test_bad_requests_get_openai_errors_and_the_server_stays_up(
     assert set(payload["error"]) == {"message", "type", "param", "code"}
     if code:
         assert payload["error"]["code"] == code
+    if status == 400:  # the request's fault, never the server's load
+        assert payload["error"]["type"] == "invalid_request_error"
     # and a well-behaved request still works
     assert client(server).completions.create(model="ref", prompt="a", max_tokens=1).usage
 

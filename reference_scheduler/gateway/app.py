@@ -43,7 +43,7 @@ from reference_scheduler.gateway.relay import (
 from reference_scheduler.gateway.tokens import TokenCounter
 from reference_scheduler.gateway.watch import Watcher
 from reference_scheduler.server.config import TenantEntry
-from reference_scheduler.server.http import openai_errors, serve_until_cancelled, start_app
+from reference_scheduler.server.http import openai_app, serve_until_cancelled, start_app
 from reference_scheduler.server.metrics import GatewayMetrics
 from reference_scheduler.server.requests import (
     BadRequest,
@@ -54,6 +54,7 @@ from reference_scheduler.server.requests import (
     n_of,
     prompt_of_chat,
     prompt_of_completion,
+    refusal,
     slo_class_of,
     stream_flags,
     tenant_of,
@@ -269,20 +270,7 @@ class Gateway(Forwarding):
                 self.bad_requests.labels("400").inc()  # can never fit: bad input, not load
             else:
                 self.metrics.rejected(verdict.code)
-            kind = "rate_limit_error" if verdict.code == 429 else "server_overloaded"
-            if verdict.code == 400:
-                kind = "invalid_request_error"
-            headers = {"Retry-After": str(verdict.retry_after_s)} if verdict.retry_after_s else {}
-            status = verdict.code if verdict.code in (400, 429, 503) else 503
-            return error_response(
-                BadRequest(
-                    status,
-                    verdict.reason or "overloaded",
-                    kind,
-                    code=verdict.reason,
-                    headers=headers,
-                )
-            )
+            return error_response(refusal(verdict))
         self.metrics.queue_depth(self.dispatcher.waiting())
         stream_on, usage_on = stream_flags(body)
         outcome = "error"
@@ -403,22 +391,17 @@ GATEWAY = web.AppKey("gateway", Gateway)
 
 def build_gateway_app(config: GatewayConfig) -> web.Application:
     gateway = Gateway(config)
-    app = web.Application(middlewares=[openai_errors], client_max_size=64 * 1024 * 1024)
+    app = openai_app(
+        gateway.start,
+        gateway.stop,
+        posts={"/v1/completions": gateway.completions, "/v1/chat/completions": gateway.chat},
+        gets={
+            "/v1/models": gateway.models,
+            "/health": gateway.health,
+            "/metrics": gateway.prometheus,
+        },
+    )
     app[GATEWAY] = gateway
-
-    async def on_startup(app: web.Application) -> None:
-        await gateway.start()
-
-    async def on_cleanup(app: web.Application) -> None:
-        await gateway.stop()
-
-    app.on_startup.append(on_startup)
-    app.on_cleanup.append(on_cleanup)
-    app.router.add_post("/v1/completions", gateway.completions)
-    app.router.add_post("/v1/chat/completions", gateway.chat)
-    app.router.add_get("/v1/models", gateway.models)
-    app.router.add_get("/health", gateway.health)
-    app.router.add_get("/metrics", gateway.prometheus)
     return app
 
 

@@ -25,7 +25,7 @@ from reference_scheduler.drivers.realtime import RealtimeDriver, Stream
 from reference_scheduler.drivers.realtime_disaggregated import driver_for
 from reference_scheduler.server.config import ServerConfig, TenantEntry
 from reference_scheduler.server.faults import FaultRule, Faults
-from reference_scheduler.server.http import openai_errors, serve_until_cancelled, start_app
+from reference_scheduler.server.http import openai_app, serve_until_cancelled, start_app
 from reference_scheduler.server.metrics import SchedulerMetrics
 from reference_scheduler.server.openapi import OPENAPI
 from reference_scheduler.server.requests import (
@@ -38,6 +38,7 @@ from reference_scheduler.server.requests import (
     n_of,
     prompt_of_chat,
     prompt_of_completion,
+    refusal,
     slo_class_of,
     stream_flags,
     tenant_of,
@@ -142,23 +143,12 @@ class Api:
         assert self.driver is not None
         key = request.headers.get("X-Request-Id") or f"job-{job.id}"
         fault = self.faults.pick(key, tenant.id, stream_on)
-        refusal = self._fault_response(fault)
-        if refusal is not None:
-            return refusal
+        injected = self._fault_response(fault)
+        if injected is not None:
+            return injected
         stream, verdict = self.driver.submit(job)
         if stream is None:
-            kind = "rate_limit_error" if verdict.code == 429 else "server_overloaded"
-            headers = {"Retry-After": str(verdict.retry_after_s)} if verdict.retry_after_s else {}
-            status = verdict.code if verdict.code in (400, 429, 503) else 503
-            return error_response(
-                BadRequest(
-                    status,
-                    verdict.reason or "overloaded",
-                    kind,
-                    code=verdict.reason,
-                    headers=headers,
-                )
-            )
+            return error_response(refusal(verdict))
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{job.id}"
         try:
             if stream_on:
@@ -468,26 +458,31 @@ API = web.AppKey("api", Api)
 
 def build_app(config: ServerConfig) -> web.Application:
     api = Api(config)
-    app = web.Application(middlewares=[openai_errors], client_max_size=64 * 1024 * 1024)
-    app[API] = api
 
-    async def on_startup(app: web.Application) -> None:
+    async def on_startup() -> None:
         api.driver = driver_for(config.scheduler, api.metrics)
         api.driver.start()
 
-    async def on_cleanup(app: web.Application) -> None:
+    async def on_cleanup() -> None:
         if api.driver is not None:
             await api.driver.stop()
 
-    app.on_startup.append(on_startup)
-    app.on_cleanup.append(on_cleanup)
-    app.router.add_post("/v1/completions", api.completions)
-    app.router.add_post("/v1/chat/completions", api.chat)
-    app.router.add_post("/v1/embeddings", api.embeddings)
-    app.router.add_get("/v1/models", api.models)
-    app.router.add_get("/health", api.health)
-    app.router.add_get("/metrics", api.prometheus)
-    app.router.add_get("/openapi.json", api.openapi)
+    app = openai_app(
+        on_startup,
+        on_cleanup,
+        posts={
+            "/v1/completions": api.completions,
+            "/v1/chat/completions": api.chat,
+            "/v1/embeddings": api.embeddings,
+        },
+        gets={
+            "/v1/models": api.models,
+            "/health": api.health,
+            "/metrics": api.prometheus,
+            "/openapi.json": api.openapi,
+        },
+    )
+    app[API] = api
     return app
 
 

@@ -1,12 +1,12 @@
 """What every HTTP front of the reference scheduler shares: OpenAI-shaped errors for anything
-that goes wrong (unknown routes and wrong methods included), and starting an app on a port and
-serving it until cancelled. The server and the gateway both use it, so a bad request looks the
-same to a client whichever one it reached."""
+that goes wrong (unknown routes and wrong methods included), the app's wiring (`openai_app`),
+and starting an app on a port and serving it until cancelled. The server and the gateway both
+use it, so a bad request looks the same to a client whichever one it reached."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -26,6 +26,34 @@ async def openai_errors(request: web.Request, handler: Callable[..., Any]) -> we
         return error_response(BadRequest(error.status, error.reason, kind))
     except BadRequest as error:
         return error_response(error)
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def openai_app(
+    on_startup: Callable[[], Awaitable[None]],
+    on_cleanup: Callable[[], Awaitable[None]],
+    posts: Mapping[str, Handler],
+    gets: Mapping[str, Handler],
+) -> web.Application:
+    """An app with OpenAI-shaped errors, a 64 MiB body limit, its start and stop hooks, and its
+    routes (path -> handler)."""
+    app = web.Application(middlewares=[openai_errors], client_max_size=64 * 1024 * 1024)
+
+    async def startup(_: web.Application) -> None:
+        await on_startup()
+
+    async def cleanup(_: web.Application) -> None:
+        await on_cleanup()
+
+    app.on_startup.append(startup)
+    app.on_cleanup.append(cleanup)
+    for path, handler in posts.items():
+        app.router.add_post(path, handler)
+    for path, handler in gets.items():
+        app.router.add_get(path, handler)
+    return app
 
 
 async def start_app(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, str]:

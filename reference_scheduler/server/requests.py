@@ -12,6 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
+from reference_scheduler.core.policy import Verdict
 from reference_scheduler.server.config import ServerConfig, TenantEntry
 
 
@@ -40,6 +41,18 @@ def error_response(error: BadRequest) -> web.Response:
         }
     }
     return web.json_response(body, status=error.status, headers=error.headers)
+
+
+def refusal(verdict: Verdict) -> BadRequest:
+    """A refused admission as the client's error, the same from the server and the gateway: a
+    400 (the request can never fit) is the request's fault, a 429 the tenant's limit, anything
+    else (503) the server's load; Retry-After where the verdict gives one."""
+    code = verdict.code if verdict.code in (400, 429, 503) else 503
+    kind = {400: "invalid_request_error", 429: "rate_limit_error"}.get(code, "server_overloaded")
+    headers = {"Retry-After": str(verdict.retry_after_s)} if verdict.retry_after_s else {}
+    return BadRequest(
+        code, verdict.reason or "overloaded", kind, code=verdict.reason, headers=headers
+    )
 
 
 def invalid(message: str, param: str | None = None, code: str | None = None) -> BadRequest:
