@@ -19,6 +19,7 @@ import orjson
 from aiohttp import web
 
 from reference_scheduler.core.job import Job
+from reference_scheduler.core.sse import SSEError
 from reference_scheduler.gateway.config import GatewayConfig
 from reference_scheduler.gateway.dispatcher import TIMING_HEADER, Dispatcher
 from reference_scheduler.gateway.pool import Pool, Upstream
@@ -225,7 +226,7 @@ class Forwarding:
             raise
         except TimeoutError:
             return await self._broken(response, resp, up, "idle_timeout", health=False)
-        except aiohttp.ClientError:
+        except (aiohttp.ClientError, SSEError):  # SSEError: an event over the reader's bound
             return await self._broken(response, resp, up, "mid_stream")
         if not events.done:
             return await self._broken(response, resp, up, "mid_stream")

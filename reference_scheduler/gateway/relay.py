@@ -18,6 +18,8 @@ from typing import Any
 
 import orjson
 
+from reference_scheduler.core.sse import SSEParser
+
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
 
@@ -67,20 +69,22 @@ def upstream_headers(key: str | None) -> dict[str, str]:
 
 
 class Events:
-    """Splits an SSE byte stream into whole events and reads what the gateway needs from each.
+    """Reads an upstream's SSE byte stream event by event (core/sse.py, the project's one SSE
+    reader) and what the gateway needs from each event.
 
     `feed(chunk)` returns the bytes to forward now: every event completed by the chunk, minus
     the usage-only chunk when the client did not ask for usage. Afterwards `tokens` says how
     many content chunks were seen in it (a token each, as vLLM streams them; `usage` corrects
     the count at the end), `usage` holds the last usage report, `done` whether `[DONE]` came, and
     `error` the first in-stream error object. With `model`, each event's `model` is rewritten to
-    it (the name the client asked for, not the upstream's)."""
+    it (the name the client asked for, not the upstream's). An event over the reader's bound
+    (4 MiB) raises ValueError: a broken stream."""
 
-    __slots__ = ("_model", "_rest", "done", "error", "keep_usage", "tokens", "usage")
+    __slots__ = ("_model", "_parser", "done", "error", "keep_usage", "tokens", "usage")
 
     def __init__(self, keep_usage: bool, model: str | None = None) -> None:
         self._model = model
-        self._rest = b""
+        self._parser = SSEParser()
         self.keep_usage = keep_usage
         self.tokens = 0
         self.usage: dict[str, Any] | None = None
@@ -89,55 +93,36 @@ class Events:
 
     def feed(self, chunk: bytes) -> bytes:
         self.tokens = 0
-        data = self._rest + chunk if self._rest else chunk
-        if b"\r" in data:
-            data = data.replace(b"\r\n", b"\n")
-        end = data.rfind(b"\n\n")
-        if end < 0:
-            self._rest = data
-            return b""
-        self._rest = data[end + 2 :]
-        whole = data[: end + 2]
-        changed = False
-        kept: list[bytes] = []
-        for event in whole.split(b"\n\n")[:-1]:
-            out = self._read(event)
-            if out is not event:
-                changed = True
-            if out is not None:
-                kept.append(out)
-        if not changed:
-            return whole
-        return b"".join(e + b"\n\n" for e in kept)
+        events = self._parser.feed_raw(chunk)
+        if len(events) == 1:  # the usual read: one token's event
+            return self._read(*events[0]) or b""
+        out = [self._read(raw, data) for raw, data in events]
+        return b"".join(part for part in out if part is not None)
 
     @property
     def pending(self) -> bool:
         """Bytes of an unfinished event are held (the stream must not end here)."""
-        return bool(self._rest.strip())
+        return self._parser.has_partial
 
-    def _read(self, event: bytes) -> bytes | None:
-        """Read one event: the event itself to forward it as it is, other bytes to forward
-        instead (the model renamed), None to drop it."""
-        payload = b""
-        for line in event.split(b"\n"):
-            if line.startswith(b"data:"):
-                payload += line[5:].lstrip(b" ")
+    def _read(self, raw: bytes, payload: bytes) -> bytes | None:
+        """Read one event: its bytes to forward it as it is, other bytes to forward instead
+        (the model renamed), None to drop it."""
         if not payload:
-            return event  # comments, keep-alives, other fields: passed through untouched
+            return raw  # comments, keep-alives, other fields: passed through untouched
         if payload == b"[DONE]":
             self.done = True
-            return event
+            return raw
         try:
             obj = orjson.loads(payload)
         except orjson.JSONDecodeError:
-            return event  # not ours to judge; the client sees what the engine sent
+            return raw  # not ours to judge; the client sees what the engine sent
         if not isinstance(obj, dict):
-            return event
-        out = event
+            return raw
+        out = raw
         model = self._model
         if model is not None and "model" in obj and obj["model"] != model:
             obj["model"] = model
-            out = b"data: " + orjson.dumps(obj)
+            out = b"data: " + orjson.dumps(obj) + b"\n\n"
         if "error" in obj and self.error is None:
             self.error = obj["error"]
         usage = obj.get("usage")
