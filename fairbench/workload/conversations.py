@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fairbench.workload.traces import TraceRows, detect_tick, spread_ties
+from fairbench.workload.trace_rows import TraceRows, detect_tick, spread_ties
 
 __all__ = ["SessionReplay", "replay"]
 

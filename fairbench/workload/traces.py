@@ -15,7 +15,8 @@
   sessions.
 
 A malformed row is reported as `file:line: problem`; the whole file is rejected rather than
-silently replayed without it.
+silently replayed without it. The row type and what the readers share are in
+fairbench.workload.trace_rows (re-exported here).
 
 pandas is imported by the CSV readers that use it, not at the top: every command imports this
 module (for `TraceError`), and pandas is half a second of CPU that `--help` need not pay.
@@ -23,126 +24,25 @@ module (for `TraceError`), and pandas is half a second of CPU that `--help` need
 
 from __future__ import annotations
 
-import dataclasses
-import json
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fairbench.workload.trace_rows import (
+    TraceError,
+    TraceRows,
+    detect_tick,
+    fail,
+    in_time_order,
+    json_objects,
+    request_fields,
+    spread_ties,
+    take_ragged,
+)
+
 if TYPE_CHECKING:
     import pandas as pd
-
-
-class TraceError(Exception):
-    """A trace file that cannot be replayed; the message names the file and line."""
-
-
-@dataclass(frozen=True)
-class TraceRows:
-    """One row per request, times in seconds from the first row, sorted by time."""
-
-    t: np.ndarray  # float64 seconds
-    input_tokens: np.ndarray  # int64
-    output_tokens: np.ndarray  # int64
-    hash_offsets: np.ndarray | None = None  # int64, len n+1 (CSR) — Mooncake only
-    hash_values: np.ndarray | None = None  # int64
-    dropped: int = 0  # rows not replayable (e.g. failed requests in BurstGPT)
-    # read only where a trace's conversation ids are replayed as sessions
-    # (fairbench.workload.conversations): each row's conversation (a code, -1: none), its turn
-    # index as the trace gives it (0 where it gives none: then the timestamps order the turns),
-    # and the latency the trace recorded for it (seconds, NaN where unknown)
-    conversation: np.ndarray | None = None  # int64
-    turn: np.ndarray | None = None  # int64
-    latency: np.ndarray | None = None  # float64
-
-    def __len__(self) -> int:
-        return len(self.t)
-
-    def take(self, index: np.ndarray) -> TraceRows:
-        """The rows at `index`, keeping their prefix ids."""
-        offsets, values = None, None
-        if self.hash_offsets is not None and self.hash_values is not None:
-            offsets, values = take_ragged(self.hash_offsets, self.hash_values, index)
-        return TraceRows(
-            self.t[index],
-            self.input_tokens[index],
-            self.output_tokens[index],
-            offsets,
-            values,
-            conversation=None if self.conversation is None else self.conversation[index],
-            turn=None if self.turn is None else self.turn[index],
-            latency=None if self.latency is None else self.latency[index],
-        )
-
-    def prefix_key(self, depth: int) -> np.ndarray | None:
-        """The block id at position `depth`-1 (or the last, for shorter rows), -1 for none.
-
-        Ids are chained, so this one id stands for the row's whole leading `depth` blocks."""
-        if self.hash_offsets is None or self.hash_values is None:
-            return None
-        lengths = np.diff(self.hash_offsets)
-        key = np.full(len(self), -1, dtype=np.int64)
-        has = lengths > 0
-        pos = self.hash_offsets[:-1][has] + np.minimum(lengths[has], depth) - 1
-        key[has] = self.hash_values[pos]
-        return key
-
-
-def take_ragged(
-    offsets: np.ndarray, values: np.ndarray, index: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Rows `index` of a CSR ragged array (offsets of length n+1 into values)."""
-    lengths = np.diff(offsets)[index]
-    new_offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
-    starts = offsets[:-1][index]
-    pos = np.repeat(starts - new_offsets[:-1], lengths) + np.arange(new_offsets[-1])
-    return new_offsets, values[pos]
-
-
-def _fail(path: Path, line: int, problem: str) -> TraceError:
-    return TraceError(f"{path}:{line}: {problem}")
-
-
-def _json_objects(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, object) per non-blank line of a JSONL file; a line that is not a JSON
-    object is a one-line error naming it."""
-    with path.open("r", encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise _fail(path, number, f"not valid JSON ({error.msg})") from None
-            if not isinstance(row, dict):
-                raise _fail(path, number, "each line must be a JSON object")
-            yield number, row
-
-
-def _request_fields(
-    path: Path, number: int, row: dict[str, Any], read: Callable[[dict[str, Any]], Any] = dict
-) -> tuple[float, int, int, list[int], Any]:
-    """A Mooncake-shaped row's `timestamp`, `input_length`, `output_length` and `hash_ids`
-    (Mooncake's and Qwen-Bailian's JSONL share them), checked, and `read(row)`: what else the
-    format takes from the row, under the same errors."""
-    try:
-        extra = read(row)
-        ts = float(row["timestamp"])
-        n_in, n_out = int(row["input_length"]), int(row["output_length"])
-        ids = row.get("hash_ids", [])
-        if not isinstance(ids, list):
-            raise TypeError("hash_ids must be a list")
-        ids = [int(x) for x in ids]
-    except KeyError as error:
-        raise _fail(path, number, f"missing field {error.args[0]!r}") from None
-    except (TypeError, ValueError) as error:
-        raise _fail(path, number, f"bad field value ({error})") from None
-    if not np.isfinite(ts) or ts < 0 or n_in < 1 or n_out < 0:
-        raise _fail(path, number, "timestamp must be >= 0, input_length >= 1, output_length >= 0")
-    return ts, n_in, n_out, ids, extra
 
 
 def read_mooncake(path: Path) -> TraceRows:
@@ -151,8 +51,8 @@ def read_mooncake(path: Path) -> TraceRows:
     outputs: list[int] = []
     lengths: list[int] = []
     values: list[int] = []
-    for number, row in _json_objects(path):
-        ts, n_in, n_out, ids, _ = _request_fields(path, number, row)
+    for number, row in json_objects(path):
+        ts, n_in, n_out, ids, _ = request_fields(path, number, row)
         times.append(ts / 1000.0)
         inputs.append(n_in)
         outputs.append(n_out)
@@ -161,30 +61,7 @@ def read_mooncake(path: Path) -> TraceRows:
     if not times:
         raise TraceError(f"{path}: no rows")
     t = np.asarray(times)
-    return _in_time_order(t, inputs, outputs, lengths, values, np.argsort(t, kind="stable"))
-
-
-def _in_time_order(
-    t: np.ndarray,
-    inputs: list[int],
-    outputs: list[int],
-    lengths: list[int],
-    values: list[int],
-    order: np.ndarray,
-    **sessions: np.ndarray,
-) -> TraceRows:
-    """Rows with their block ids (`lengths` ids each, in `values`), taken in `order` and timed
-    from the first; `sessions`: the conversation, turn and latency columns, if any."""
-    offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
-    rows = TraceRows(
-        t,
-        np.asarray(inputs, dtype=np.int64),
-        np.asarray(outputs, dtype=np.int64),
-        offsets,
-        np.asarray(values, dtype=np.int64),
-        **sessions,
-    ).take(order)
-    return dataclasses.replace(rows, t=rows.t - rows.t[0])
+    return in_time_order(t, inputs, outputs, lengths, values, np.argsort(t, kind="stable"))
 
 
 def _read_csv(path: Path) -> pd.DataFrame:
@@ -215,7 +92,7 @@ def _integers(frame: pd.DataFrame, column: str, path: Path, low: int) -> np.ndar
     bad = values.isna() | (values < low) | (values != np.floor(values))
     if bad.any():
         i = int(np.flatnonzero(bad.to_numpy())[0])
-        raise _fail(
+        raise fail(
             path, i + 2, f"{column} must be an integer >= {low}, got {frame[column].iloc[i]!r}"
         )
     return values.to_numpy(dtype=np.int64)
@@ -240,7 +117,7 @@ def read_azure(path: Path) -> TraceRows:
     bad = stamps.isna().to_numpy()
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise _fail(path, i + 2, f"bad timestamp {frame[ts_col].iloc[i]!r}")
+        raise fail(path, i + 2, f"bad timestamp {frame[ts_col].iloc[i]!r}")
     ns = stamps.dt.as_unit("ns").astype("int64").to_numpy()
     n_in = _integers(frame, _column(frame, path, ("ContextTokens",)), path, 1)
     n_out = _integers(frame, _column(frame, path, ("GeneratedTokens",)), path, 0)
@@ -256,7 +133,7 @@ def read_burstgpt(path: Path) -> TraceRows:
     bad = (t.isna() | (t < 0)).to_numpy()
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise _fail(path, i + 2, f"bad timestamp {frame[ts_col].iloc[i]!r}")
+        raise fail(path, i + 2, f"bad timestamp {frame[ts_col].iloc[i]!r}")
     n_in = _integers(frame, _column(frame, path, ("Request tokens",)), path, 0)
     n_out = _integers(frame, _column(frame, path, ("Response tokens",)), path, 0)
     ok = (n_out > 0) & (n_in > 0)
@@ -278,7 +155,7 @@ _JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
 
 def _lines_error(path: Path, lines: np.ndarray, bad: np.ndarray, message: str) -> TraceError:
     i = int(np.flatnonzero(bad)[0])
-    return _fail(path, int(lines[i]), message.format(i=i))
+    return fail(path, int(lines[i]), message.format(i=i))
 
 
 def _seconds(values: pd.Series, path: Path, lines: np.ndarray, name: str) -> np.ndarray:
@@ -295,7 +172,7 @@ def _seconds(values: pd.Series, path: Path, lines: np.ndarray, name: str) -> np.
         out = stamps.dt.as_unit("ns").astype("int64").to_numpy() / 1e9 if not bad.all() else None
     if bad.any() or out is None:
         i = int(np.flatnonzero(bad)[0]) if bad.any() else 0
-        raise _fail(
+        raise fail(
             path,
             int(lines[i]),
             f"{name} must be seconds (a number) or an ISO 8601 date-time, got {values.iloc[i]!r}",
@@ -315,7 +192,7 @@ def _whole(
     bad = (missing & (not blank_ok)) | (filled < low) | (filled != np.floor(filled))
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise _fail(
+        raise fail(
             path, int(lines[i]), f"{name} must be an integer >= {low}, got {values.iloc[i]!r}"
         )
     out = filled.astype(np.int64)
@@ -332,7 +209,7 @@ def _latency(values: pd.Series, path: Path, lines: np.ndarray, name: str) -> np.
     bad = ((numbers.isna() & ~blank) | (numbers < 0)).to_numpy()
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise _fail(path, int(lines[i]), f"{name} must be seconds >= 0, got {values.iloc[i]!r}")
+        raise fail(path, int(lines[i]), f"{name} must be seconds >= 0, got {values.iloc[i]!r}")
     return numbers.to_numpy(dtype=np.float64)
 
 
@@ -347,7 +224,7 @@ def _ids(values: pd.Series, path: Path, lines: np.ndarray, name: str, blank_ok: 
     bad = text.isna().to_numpy()
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise _fail(
+        raise fail(
             path,
             int(lines[i]),
             f"{name} must be a non-empty string or an integer, got {values.iloc[i]!r}",
@@ -355,7 +232,7 @@ def _ids(values: pd.Series, path: Path, lines: np.ndarray, name: str, blank_ok: 
     blank = (text == "").to_numpy()
     if blank.any() and not blank_ok:
         i = int(np.flatnonzero(blank)[0])
-        raise _fail(path, int(lines[i]), f"{name} is empty; every row needs its conversation's id")
+        raise fail(path, int(lines[i]), f"{name} is empty; every row needs its conversation's id")
     codes, _ = pd.factorize(text.where(~blank, None), use_na_sentinel=True)
     return np.asarray(codes, dtype=np.int64)
 
@@ -374,10 +251,10 @@ def _frame_of_jsonl(path: Path) -> tuple[pd.DataFrame, np.ndarray]:
 
     rows: list[dict[str, Any]] = []
     lines: list[int] = []
-    for number, row in _json_objects(path):
+    for number, row in json_objects(path):
         for name in REQUIRED:
             if name not in row:
-                raise _fail(path, number, f"missing field {name!r}")
+                raise fail(path, number, f"missing field {name!r}")
         rows.append(row)
         lines.append(number)
     if not rows:
@@ -456,7 +333,7 @@ def _no_repeated_turns(
     )
     if same.any():
         i = int(order[1:][np.flatnonzero(same)[0]])
-        raise _fail(
+        raise fail(
             path,
             int(lines[i]),
             f"turn {int(turn[i])} of conversation {ids.iloc[i]!r} appears twice",
@@ -483,7 +360,7 @@ def read_burstgpt_sessions(path: Path) -> TraceRows:
     bad = (t.isna() | (t < 0)).to_numpy()
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise _fail(path, i + 2, f"bad timestamp {frame[ts_col].iloc[i]!r}")
+        raise fail(path, i + 2, f"bad timestamp {frame[ts_col].iloc[i]!r}")
     n_in = _whole(
         frame[_column(frame, path, ("Request tokens",))], path, lines, "Request tokens", 0
     )
@@ -522,10 +399,8 @@ def read_bailian(path: Path) -> TraceRows:
     lengths: list[int] = []
     values: list[int] = []
     lines: list[int] = []
-    for number, row in _json_objects(path):
-        ts, n_in, n_out, ids, (chat, parent, turn) = _request_fields(
-            path, number, row, _bailian_ids
-        )
+    for number, row in json_objects(path):
+        ts, n_in, n_out, ids, (chat, parent, turn) = request_fields(path, number, row, _bailian_ids)
         times.append(ts)
         inputs.append(n_in)
         outputs.append(n_out)
@@ -544,11 +419,11 @@ def read_bailian(path: Path) -> TraceRows:
     for i in order.tolist():
         chat = chats[i]
         if chat in root:
-            raise _fail(path, lines[i], f"chat_id {chat} appears twice")
+            raise fail(path, lines[i], f"chat_id {chat} appears twice")
         root[chat] = root.get(parents[i], chat) if parents[i] != -1 else chat
         conversation[i] = root[chat]
     codes = np.unique(conversation, return_inverse=True)[1].astype(np.int64)
-    return _in_time_order(
+    return in_time_order(
         t,
         inputs,
         outputs,
@@ -593,24 +468,12 @@ def read_trace(fmt: str, path: str | Path, sessions: bool = False) -> TraceRows:
     return reader(path)
 
 
-def detect_tick(t: np.ndarray) -> float:
-    """The clock tick of a coarse trace: the most common positive gap between distinct stamps.
-
-    Mooncake rounds timestamps to ~3 s; replayed literally, every tick fires a burst."""
-    distinct = np.unique(t)
-    if len(distinct) < 2:
-        return 0.0
-    gaps = np.round(np.diff(distinct), 6)
-    values, counts = np.unique(gaps, return_counts=True)
-    return float(values[np.argmax(counts)])
-
-
-def spread_ties(t: np.ndarray, tick: float) -> np.ndarray:
-    """Spread the m rows that share a timestamp evenly over [t, t + tick): k-th at t + k·tick/m."""
-    if tick <= 0 or len(t) == 0:
-        return t
-    starts = np.flatnonzero(np.concatenate(([True], t[1:] != t[:-1])))
-    sizes = np.diff(np.concatenate((starts, [len(t)])))
-    group = np.repeat(np.arange(len(starts)), sizes)
-    rank = np.arange(len(t)) - starts[group]
-    return t + rank * (tick / sizes[group])
+__all__ = [
+    "SESSION_FORMATS",
+    "TraceError",
+    "TraceRows",
+    "detect_tick",
+    "read_trace",
+    "spread_ties",
+    "take_ragged",
+]

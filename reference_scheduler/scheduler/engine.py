@@ -25,8 +25,7 @@ incrementally (+B per decode step), completions are a heap keyed by the *decode-
 which each job emits its last token, per-tenant decode counts make service charging O(tenants),
 and token times are not stored per token but recovered from the replica's array of decode-step
 end times. A job's output is one or more segments: a lead token (its first, or the one a
-recompute's prefill yields) and a run of decode steps; preempted jobs keep the list.
-"""
+recompute's prefill yields) and a run of decode steps; preempted jobs keep the list."""
 
 from __future__ import annotations
 
@@ -264,12 +263,12 @@ class Engine:
         job.generated += done
 
     def _room(self, rep: Replica, cand: Job, need: int, now_ns: int) -> bool:
-        """Make room for `cand` on `rep` by preempting lower tiers, or demote it. True if the
-        admission loop should look again (something changed)."""
+        """Make room for `cand` on `rep` by preempting lower tiers (the resource loop's quota
+        lets a missing tenant preempt its own tier too; a policy's guarantees, tiered's floors,
+        are kept), or demote it. True if the admission loop should look again."""
         pre = self.preemption
         cooperative = pre.spec.mode == "cooperative"
         control = self.control
-        # the resource loop's preemption quota lets a missing tenant preempt its own tier too
         grant = control.may_preempt if control is not None else None
         victims = sorted(
             (
@@ -285,7 +284,6 @@ class Engine:
         slots = rep.slots
         blocks = rep.free_blocks
         chosen: list[Job] = []
-        # a policy with guarantees (tiered's floors) keeps the jobs they hold from preemption
         protects = getattr(self.policy, "protects", None)
         for victim in victims:
             if slots < self.profile.max_num_seqs and need <= blocks:
