@@ -124,16 +124,23 @@ def read_azure(path: Path) -> TraceRows:
     return _finish(path, (ns - ns.min()) / 1e9, n_in, n_out, 0)
 
 
-def read_burstgpt(path: Path) -> TraceRows:
+def _burstgpt_times(frame: pd.DataFrame, path: Path) -> pd.Series:
+    """BurstGPT's `Timestamp` column (seconds), each a number >= 0, else `file:line` names it."""
     import pandas as pd
 
-    frame = _read_csv(path)
     ts_col = _column(frame, path, ("Timestamp",))
     t = pd.to_numeric(frame[ts_col], errors="coerce")
     bad = (t.isna() | (t < 0)).to_numpy()
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise fail(path, i + 2, f"bad timestamp {frame[ts_col].iloc[i]!r}")
+    return t
+
+
+def read_burstgpt(path: Path) -> TraceRows:
+
+    frame = _read_csv(path)
+    t = _burstgpt_times(frame, path)
     n_in = _integers(frame, _column(frame, path, ("Request tokens",)), path, 0)
     n_out = _integers(frame, _column(frame, path, ("Response tokens",)), path, 0)
     ok = (n_out > 0) & (n_in > 0)
@@ -344,7 +351,6 @@ def read_burstgpt_sessions(path: Path) -> TraceRows:
     """BurstGPT v2.0 (described in fairbench.workload.conversations) with its `Session ID`
     and `Elapsed time` columns; rows with 0 response tokens (failed in the original service)
     are dropped and counted."""
-    import pandas as pd
 
     frame = _read_csv(path)
     lines = np.arange(2, len(frame) + 2, dtype=np.int64)
@@ -355,12 +361,7 @@ def read_burstgpt_sessions(path: Path) -> TraceRows:
             f"{error}; conversation ids are in BurstGPT v2.0's BurstGPT_3.csv, or replay "
             "without sessions (sessions: false)"
         ) from None
-    ts_col = _column(frame, path, ("Timestamp",))
-    t = pd.to_numeric(frame[ts_col], errors="coerce")
-    bad = (t.isna() | (t < 0)).to_numpy()
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise fail(path, i + 2, f"bad timestamp {frame[ts_col].iloc[i]!r}")
+    t = _burstgpt_times(frame, path)
     n_in = _whole(
         frame[_column(frame, path, ("Request tokens",))], path, lines, "Request tokens", 0
     )
