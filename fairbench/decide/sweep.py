@@ -194,7 +194,7 @@ def run_sweep(
         )
     results = (runner or LocalRunner()).run(
         jobs,
-        int(spec.get("parallel", 1)),
+        parallelism(spec.get("parallel", 1), str(sweep_file)),
         None if progress is None else lambda _, done, total: progress(done, total),
     )
     rows = []
@@ -213,6 +213,22 @@ def run_sweep(
     shown = [{k: v for k, v in r.items() if k not in ("summary", "bad_input")} for r in rows]
     (out_dir / "sweep.json").write_text(json.dumps(shown, indent=2, default=str))
     return rows
+
+
+def parallelism(value: Any, source: str) -> int:
+    """The sweep file's `parallel`: a count of processes, or `auto` for every core this process
+    may run on (a sweep of fleet points is CPU-bound, one core a point: issue 35)."""
+    if value == "auto":
+        import os
+
+        cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+        return len(cores) if cores else os.cpu_count() or 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ScenarioError(
+            [f"parallel: {value!r} is not a count of processes; give an integer >= 1 or auto"],
+            source,
+        )
+    return value
 
 
 def point_label(point: Point) -> str:
