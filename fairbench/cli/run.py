@@ -24,10 +24,29 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from fairbench.cli.inputs import SET_HELP, scenario_with
 
 if TYPE_CHECKING:
+    from rich.progress import Task
+    from rich.text import Text
+
     from fairbench.run.executor import LiveCounters
 
 console = Console(stderr=True)
 out = Console(width=None if sys.stdout.isatty() else 160)  # logs and pipes get full rows
+
+
+class RunElapsed(TimeElapsedColumn):
+    """The whole run's elapsed time. Rich's column stops once the count is complete, but the
+    summary and the report come after the last request: seconds on a fleet run, with the clock
+    frozen at the end of the simulation (issue 35 item 6)."""
+
+    def render(self, task: Task) -> Text:
+        from datetime import timedelta
+
+        from rich.text import Text
+
+        elapsed = task.elapsed
+        if elapsed is None:
+            return Text("-:--:--", style="progress.elapsed")
+        return Text(str(timedelta(seconds=max(0, int(elapsed)))), style="progress.elapsed")
 
 
 def register(app: typer.Typer) -> None:
@@ -132,7 +151,7 @@ def register(app: typer.Typer) -> None:
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("{task.fields[detail]}"),
-            TimeElapsedColumn(),
+            RunElapsed(),
             console=console,
             disable=quiet,
             transient=False,
