@@ -7,9 +7,11 @@
    records, summary, report), its req/s, the engine alone (`simulate`, timed inside the same
    run), the ratio of end to end to the engine alone, and the CPU seconds of the whole run and
    of the engine (on a shared, loaded machine wall time counts the neighbours; CPU time is the
-   steadier reading) with requests per CPU second. Isolation's solo arms are off, as
-   `analysis.isolation: auto` has them at this size. Target (issue 35): >= 100,000 req/s end
-   to end, peak RSS <= 2 GB; the first policy is the baseline the others are a ratio to.
+   steadier reading) with requests per CPU second, and the engine's CPU µs per iteration of one
+   replica (its per-step Python cost: the floor of a step-by-step simulator). Isolation's solo
+   arms are off, as `analysis.isolation: auto` has them at this size. Target (issue 35):
+   >= 100,000 req/s end to end, peak RSS <= 2 GB; the first policy is the baseline the others
+   are a ratio to.
 2. Policy decision cost vs queue depth (10^2 … 10^6 waiting jobs): one enqueue + one dequeue at
    a steady depth, µs per decision. DWRR should stay flat, WFQ grow logarithmically.
 
@@ -55,13 +57,15 @@ def one_run(policy: str, minutes: float, out: Path) -> dict[str, float]:
     data["scheduler"]["policy"] = policy
     data["analysis"] = {"isolation": "off"}
     scn = parse_scenario(data, str(FLEET), FLEET.parent)
-    engine = {"s": 0.0, "cpu_s": 0.0}
+    engine = {"s": 0.0, "cpu_s": 0.0, "steps": 0}
     simulate = sim_target.simulate
 
     def timed(*args: object, **kwargs: object) -> object:
         t, c = time.perf_counter(), time.process_time()
         try:
-            return simulate(*args, **kwargs)  # type: ignore[arg-type]
+            result = simulate(*args, **kwargs)  # type: ignore[arg-type]
+            engine["steps"] += result.steps  # engine iterations over all replicas
+            return result
         finally:
             engine["s"] += time.perf_counter() - t
             engine["cpu_s"] += time.process_time() - c
@@ -82,6 +86,7 @@ def one_run(policy: str, minutes: float, out: Path) -> dict[str, float]:
         # loaded machine wall time counts the neighbours, CPU time much less
         "cpu_s": time.process_time() - cpu0,
         "engine_cpu_s": engine["cpu_s"],
+        "steps": engine["steps"],
         "rss_mb": peak_rss_mb(),
     }
 
@@ -112,6 +117,7 @@ def sim_speed(policies: list[str], minutes: float) -> None:
                     f"{speed / core:.2f}",
                     f"{r['cpu_s']:.1f} / {r['engine_cpu_s']:.1f}",
                     f"{r['requests'] / r['cpu_s']:,.0f}",
+                    f"{r['engine_cpu_s'] / max(r['steps'], 1) * 1e6:.1f}",
                     f"{r['import_s']:.1f} / {r['run_s'] - r['engine_s']:.1f} / {r['report_s']:.1f}",
                     f"{r['rss_mb']:,.0f}",
                     f"{speed / base:.2f}",
@@ -134,6 +140,7 @@ def sim_speed(policies: list[str], minutes: float) -> None:
             "end to end ÷ engine",
             "CPU s: all / engine",
             "req/CPU s",
+            "engine CPU µs/step",
             "import / plan+records+summary / report s",
             "peak RSS MB",
             "ratio to first",
