@@ -14,7 +14,9 @@ the live client sees it: the planned `max_tokens`, the served `output_tokens`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import gc
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -228,6 +230,22 @@ def cut_offs(plan: Plan, scn: Scenario) -> tuple[int, int]:
     return round(scn.run.timeout * 1e9), last + round(scn.run.grace * 1e9)
 
 
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cycle collector off while the jobs are made and simulated. Every job lives to
+    the end of the run, yet each burst of allocations set off a collection that walked all
+    those made so far again: plan_jobs took 0.33 CPU s for the fleet's 96,097 jobs with it,
+    0.10 without (issue 35). The simulation makes no garbage cycles of note (peak RSS the same);
+    the collector runs again afterwards, as it was."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def run_sim(
     plan: Plan, scn: Scenario, progress: Callable[[int, int], None] | None = None
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -243,27 +261,32 @@ def run_sim(
     block_size = config.spec.block_size if config.prefix_caching else None
     timeout_ns, stop_ns = cut_offs(plan, scn)
     delay_ns = round(config.profile.request_overhead_ms * 1e6)
-    result = simulate(
-        plan_jobs(plan, scn, block_size, delay_ns),
-        config,
-        # the engine cancels a job timeout_ns after its arrival; the client's clock started at
-        # the send, delay_ns earlier
-        timeout_ns=None if timeout_ns is None else max(0, timeout_ns - delay_ns),
-        stop_ns=stop_ns,
-        progress=progress,
-    )
-    info: dict[str, Any] = {
-        "kind": "sim",
-        "policy": str(config.spec.policy),
-        "profile": config.profile.name,
-        "request_overhead_ms": str(config.profile.request_overhead_ms),
-        "front_end_core_ms": str(config.profile.front_end_core_ms),
-        "idle_wake_ms": str(config.profile.idle_wake_ms),
-        "replicas": str(config.replicas),
-        "steps": str(result.steps),
-    }
-    if config.warnings:
-        info["warnings"] = list(config.warnings)
-    if result.control:  # the control loops' actions (reference_scheduler/scheduler/control.py)
-        info["control_actions"] = {f"{loop}/{act}": n for (loop, act), n in result.control.items()}
-    return records_from(result, plan, timeout_ns, stop_ns), info
+    with collector_paused():
+        result = simulate(
+            plan_jobs(plan, scn, block_size, delay_ns),
+            config,
+            # the engine cancels a job timeout_ns after its arrival; the client's clock started
+            # at the send, delay_ns earlier
+            timeout_ns=None if timeout_ns is None else max(0, timeout_ns - delay_ns),
+            stop_ns=stop_ns,
+            progress=progress,
+        )
+        rows = records_from(result, plan, timeout_ns, stop_ns)
+        info: dict[str, Any] = {
+            "kind": "sim",
+            "policy": str(config.spec.policy),
+            "profile": config.profile.name,
+            "request_overhead_ms": str(config.profile.request_overhead_ms),
+            "front_end_core_ms": str(config.profile.front_end_core_ms),
+            "idle_wake_ms": str(config.profile.idle_wake_ms),
+            "replicas": str(config.replicas),
+            "steps": str(result.steps),
+        }
+        if config.warnings:
+            info["warnings"] = list(config.warnings)
+        if result.control:  # the control loops' actions (reference_scheduler/.../control.py)
+            info["control_actions"] = {
+                f"{loop}/{act}": n for (loop, act), n in result.control.items()
+            }
+        del result  # the jobs go before the collector is back: it would walk them all once
+    return rows, info
