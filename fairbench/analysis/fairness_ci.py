@@ -151,7 +151,11 @@ def waiting_episodes(c: Cols) -> np.ndarray:
     """Each request's contention episode: requests in time order, a new episode wherever the
     request arrives after every earlier one's first response (nobody is waiting), so an
     episode is a maximal stretch of overlapping waits [intended send, first response]. A
-    request never answered waits until it was last seen."""
+    request never answered waits until it was last seen. Computed once per run (the columns'
+    memo): every group's figures read the same episodes."""
+    found = c._memo.get(("waiting_episodes", 0))
+    if found is not None:
+        return found
     end = c.t + np.where(c.ttft_x, c.ttft_t, 0.0)
     order = np.argsort(c.t, kind="stable")
     start, stop = c.t[order], end[order]
@@ -159,6 +163,7 @@ def waiting_episodes(c: Cols) -> np.ndarray:
     new[1:] = start[1:] > np.maximum.accumulate(stop)[:-1]
     out = np.empty(len(start), dtype=np.int64)
     out[order] = np.cumsum(new) - 1
+    c._memo[("waiting_episodes", 0)] = out
     return out
 
 
@@ -199,7 +204,9 @@ def largest_episode_share(c: Cols, mask: np.ndarray | None) -> float:
     return float(np.bincount(waiting_episodes(c)[sel]).max() / sel.sum())
 
 
-def _too_few_episodes(c: Cols, mask: np.ndarray | None, method: str, n_eff: float) -> str:
+def _too_few_episodes(c: Cols, mask: np.ndarray | None, n_eff: float) -> str:
+    """Why the slowdown figures have no interval: the effective count, and how long a run
+    would do if its episodes kept their size (they may not: a longer run meets larger ones)."""
     span = c.t[c.e2e_x if mask is None else c.e2e_x & mask]
     span_s = float(np.ptp(span)) / 1e9 if len(span) > 1 else 0.0
     need = f" (≈ {span_s * MIN_EPISODES / max(n_eff, 1.0):,.0f} s if episodes stay this size)"
@@ -242,7 +249,7 @@ def slowdown_intervals(c: Cols, mask: np.ndarray | None = None) -> tuple[iv.Inte
         )
         return iv.declined(CONFIDENCE, method, reason), iv.declined(CONFIDENCE, method, reason)
     if n_eff < MIN_EPISODES:
-        reason = _too_few_episodes(c, mask, method, n_eff)
+        reason = _too_few_episodes(c, mask, n_eff)
         return iv.declined(CONFIDENCE, method, reason), iv.declined(CONFIDENCE, method, reason)
     t = float(sps.t.ppf(0.5 + CONFIDENCE / 2, int(batches) - 1))
     if pair:
