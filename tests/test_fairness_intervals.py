@@ -125,9 +125,9 @@ def test_a_ratio_made_by_one_backlog_episode_is_declined_with_what_would_do() ->
     reason = w.reason or ""
     assert "effective independent contention episodes" in reason and " s if episodes" in reason
     assert "fairbench ab" in reason
-    c.ttft_t = np.zeros(n)
-    w2, _ = slowdown_intervals(c)
+    w2, _ = slowdown_intervals(_cols(slow, tenant))  # nobody waits: one episode a request
     assert not w2.declined
+    c = _cols(slow, tenant)
     c.ttft_t = np.full(n, 1e12)  # an overloaded queue: everyone waits together, one episode
     w3, _ = slowdown_intervals(c)
     assert w3.declined and "never drained" in (w3.reason or "")
