@@ -26,6 +26,7 @@ its own correlation). A missed goal is printed as FAIL; the script exits 1 if an
     python benchmarks/bench_calibration.py --quick    # fewer replications, ~2 min
     python benchmarks/bench_calibration.py --fairness-only --seeds 40   # the fairness queue alone
     python benchmarks/bench_calibration.py --sim-only     # every simulator row, ~10 min
+    python benchmarks/bench_calibration.py --only lognormal:50:p99,drift-ar1-0.5:20000 --reps 1000
     python benchmarks/bench_calibration.py --markdown fairbench/analysis/calibration_table.md
 """
 
@@ -54,21 +55,40 @@ FAIRNESS = REPO / "scenarios" / "calibration" / "fairness.yaml"
 GOAL = (0.93, 0.97)
 
 
-def synthetic(reps: int, quick: bool) -> list[cal.Coverage]:
+def synthetic(reps: int, quick: bool, only: set[str] | None = None) -> list[cal.Coverage]:
+    """The synthetic cells; `only` (names as `cell_name` spells them) runs those alone, each at
+    `reps` replications (no per-size reduction: a subset is rerun to settle its coverage)."""
     sizes = [50, 100, 300, 1000, 10_000] + ([] if quick else [100_000])
-    out = []
+    cells: list[tuple[str, str, int, float, int, int]] = []  # (what, kind, n, q, reps, seed)
     for kind in ("lognormal", "pareto"):
         for n in sizes:
             r = reps if n <= 10_000 else max(reps // 10, 50)
-            out += [cal.percentile_coverage(kind, n, q, r, seed=n) for q in (0.5, 0.9, 0.99)]
+            cells += [("percentile", kind, n, q, r, n) for q in (0.5, 0.9, 0.99)]
     for kind in ("ar1-0.5", "ar1-0.9"):
         for n in (1000, 10_000):
             r = reps if n <= 1000 else reps // 2
-            out += [cal.percentile_coverage(kind, n, q, r, seed=n + 1) for q in (0.5, 0.9, 0.99)]
+            cells += [("percentile", kind, n, q, r, n + 1) for q in (0.5, 0.9, 0.99)]
     for kind in ("lognormal", "ar1-0.5"):
         for n in (5000, 20_000):
-            out.append(cal.drift_coverage(kind, n, reps // 2, seed=n + 2))
+            cells.append(("drift", kind, n, 0.99, reps // 2, n + 2))
+    if only is not None:
+        unknown = only - {cell_name(c[0], c[1], c[2], c[3]) for c in cells}
+        if unknown:
+            sys.exit(f"--only: no synthetic cell {sorted(unknown)[0]!r} (e.g. lognormal:50:p99)")
+        cells = [c for c in cells if cell_name(c[0], c[1], c[2], c[3]) in only]
+        cells = [(what, kind, n, q, reps, seed) for what, kind, n, q, _, seed in cells]
+    out = []
+    for what, kind, n, q, r, seed in cells:
+        if what == "drift":
+            out.append(_said([cal.drift_coverage(kind, n, r, seed=seed)])[0])
+        else:
+            out.append(_said([cal.percentile_coverage(kind, n, q, r, seed=seed)])[0])
     return out
+
+
+def cell_name(what: str, kind: str, n: int, q: float) -> str:
+    """A synthetic cell's name for --only: `lognormal:50:p99`, `drift-ar1-0.5:20000`."""
+    return f"drift-{kind}:{n}" if what == "drift" else f"{kind}:{n}:p{q * 100:g}"
 
 
 FIGURES = ("isolation", "worst_slowdown_ratio", "jain_slowdown", "service_difference")
@@ -313,6 +333,12 @@ def main() -> None:
     parser.add_argument("--no-sim", action="store_true", help="synthetic cases only")
     parser.add_argument("--sim-only", action="store_true", help="simulator runs only (~6 min)")
     parser.add_argument(
+        "--only",
+        default=None,
+        help="only these synthetic cells, comma-separated, each at --reps replications "
+        "(e.g. lognormal:50:p99,ar1-0.5:1000:p90,drift-ar1-0.5:20000); no simulator runs",
+    )
+    parser.add_argument(
         "--fairness-only", action="store_true", help="only the fairness figure's runs (~5 min)"
     )
     parser.add_argument(
@@ -324,11 +350,12 @@ def main() -> None:
     )
     args = parser.parse_args()
     reps = args.reps or (300 if args.quick else 1000)
+    only = None if args.only is None else {c.strip() for c in args.only.split(",") if c.strip()}
     if args.fairness_only:
         rows = fairness(args.seeds, ["fifo", "vtc"], 300)
     else:
-        rows = [] if args.sim_only else synthetic(reps, args.quick)
-    if not args.no_sim and not args.fairness_only:
+        rows = [] if args.sim_only else synthetic(reps, args.quick, only)
+    if not args.no_sim and not args.fairness_only and only is None:
         rows += simulated(args.seeds, [7.0, 9.0], 120 if args.quick else 300)
         rows += fairness(args.seeds, ["fifo", "vtc"], 300)
     table = [

@@ -38,6 +38,8 @@ def _cols(slow: np.ndarray, tenant: np.ndarray, **extra: np.ndarray) -> Cols:
         unloaded=np.full(n, 1e9),
         tenant=tenant,
         t=np.arange(n, dtype=float) * 1e8,  # 10 requests per second
+        ttft_t=np.zeros(n),  # nobody waits: every request its own contention episode
+        ttft_x=np.ones(n, bool),
         **extra,
     )
 
@@ -55,14 +57,17 @@ def _coverage(scale_a: float, reps: int = 200, n: int = 3000) -> tuple[float, fl
     rng = np.random.default_rng(17)
     true_worst = max(scale_a, 1 / scale_a)
     true_jain = jain(np.array([scale_a, 1.0]))
-    worst = jain_hits = naive = 0
+    worst = jain_hits = naive = declined = 0
     for _ in range(reps):
         tenant = rng.integers(0, 2, n)
         # each tenant's own correlated series (a shared one would cancel in the ratio)
         own = np.where(tenant == 0, _queue_like(n, rng), _queue_like(n, rng))
         slow = own * np.where(tenant == 0, scale_a, 1.0)
         w, j = slowdown_intervals(_cols(slow, tenant))
-        assert not w.declined and w.low <= w.high and j.low <= j.high <= 1.0
+        if w.declined:  # a lognormal request can carry the ratio alone (1% of these samples)
+            declined += 1
+            continue
+        assert w.low <= w.high and j.low <= j.high <= 1.0
         worst += int(w.low <= true_worst <= w.high)
         jain_hits += int(j.low <= true_jain <= j.high)
         # the shortcut: Welch's t on the log ratio with every request independent
@@ -71,7 +76,9 @@ def _coverage(scale_a: float, reps: int = 200, n: int = 3000) -> tuple[float, fl
         se = math.sqrt(a.var() / len(a) / a.mean() ** 2 + b.var() / len(b) / b.mean() ** 2)
         lo, hi = abs(math.log(ratio)) - 1.96 * se, abs(math.log(ratio)) + 1.96 * se
         naive += int(math.exp(lo) <= true_worst <= math.exp(hi))
-    return worst / reps, jain_hits / reps, naive / reps
+    assert declined <= 0.05 * reps, declined
+    given = reps - declined
+    return worst / given, jain_hits / given, naive / given
 
 
 def test_slowdown_intervals_cover_a_serially_correlated_truth() -> None:
@@ -96,6 +103,34 @@ def test_a_short_run_declines_the_slowdown_interval_and_says_how_long_would_do()
     w, j = slowdown_intervals(_cols(slow, rng.integers(0, 2, 200)))
     assert w.declined and j.declined
     assert "too short" in (w.reason or "") and " s at this rate" in (w.reason or "")
+
+
+def test_a_ratio_made_by_one_backlog_episode_is_declined_with_what_would_do() -> None:
+    """Near capacity under VTC a tenant's mean slowdown is made by a few long backlog episodes:
+    a run without a large one read a low ratio with little spread, and the time-batch jackknife
+    covered 70-77% of 60 seeds. Here tenant 0's requests wait together for a third of the run
+    (their waits overlap: one episode) and carry most of the ratio's variance; declined, with
+    the effective number of episodes and how long a run would do. The same slowdowns with
+    nobody waiting (each request its own episode) keep their interval."""
+    rng = np.random.default_rng(8)
+    n = 3000
+    tenant = rng.integers(0, 2, n)
+    slow = np.exp(rng.standard_normal(n) * 0.2)
+    burst = (np.arange(n) >= 1000) & (np.arange(n) < 2000)
+    slow[burst & (tenant == 0)] *= np.linspace(2.0, 12.0, int((burst & (tenant == 0)).sum()))
+    c = _cols(slow, tenant)
+    c.ttft_t = np.where(burst, 2e10, 0.0)  # 20 s waits, arrivals 0.1 s apart: they overlap
+    w, j = slowdown_intervals(c)
+    assert w.declined and j.declined
+    reason = w.reason or ""
+    assert "effective independent contention episodes" in reason and " s if episodes" in reason
+    assert "fairbench ab" in reason
+    w2, _ = slowdown_intervals(_cols(slow, tenant))  # nobody waits: one episode a request
+    assert not w2.declined
+    c = _cols(slow, tenant)
+    c.ttft_t = np.full(n, 1e12)  # an overloaded queue: everyone waits together, one episode
+    w3, _ = slowdown_intervals(c)
+    assert w3.declined and "never drained" in (w3.reason or "")
 
 
 def test_more_tenants_get_a_jackknifed_figure_inside_its_range() -> None:

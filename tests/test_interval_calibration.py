@@ -235,3 +235,30 @@ def test_a_window_series_mean_covers_and_declines_below_five_windows() -> None:
     small = [window_mean_interval(rng.normal(0.9, 0.03, 8)) for _ in range(400)]
     rate = np.mean([s.low <= 0.9 <= s.high for s in small])
     assert 0.92 <= rate <= 0.98, rate
+
+
+def test_more_unfinished_than_the_tail_makes_the_percentile_a_lower_bound() -> None:
+    """An overloaded queue cut at its end: early arrivals finished, late ones (which would
+    wait longest) were cut early. Kaplan–Meier reaches p99 at the largest finished latency
+    (vtc-overload printed 447,638 ms [447,099, 447,638] with 60% unfinished), which only its
+    independent-censoring assumption supports; with more unfinished than the 1% beyond p99
+    the figure is the lower bound that holds whatever they would have taken. At most that many
+    unfinished leave Kaplan–Meier's value, between the bound and the finished order statistic."""
+    arrival = np.arange(1000, dtype=float)
+    latency = 1.0 + 2.0 * arrival  # a growing queue
+    end = 1200.0
+    done = arrival + latency <= end
+    seen = end - arrival - 5.0  # an unfinished request was last seen a little before the end
+    obs = censored.Observations(np.where(done, latency, seen), done, arrival)
+    assert 0.5 < (~done).mean() < 0.8
+    est = censored.quantile_estimate(obs, 0.99)
+    assert est.bound and math.isinf(est.high)
+    assert est.value == np.sort(obs.time)[989]
+    assert "more than the 10 beyond p99" in (est.interval.reason or "")
+    # 5 unfinished of 1,000 (under the 10 beyond p99): Kaplan–Meier's value, within the bounds
+    few = np.ones(1000, dtype=bool)
+    few[:5] = False
+    mixed = censored.Observations(np.where(few, latency, latency / 2), few)
+    value, bound = censored.quantile(mixed, 0.99)
+    assert not bound
+    assert np.sort(mixed.time)[989] <= value <= np.sort(mixed.time[few])[989]

@@ -15,10 +15,19 @@ of the latency distribution:
 
 which, without censoring, is the ceil(q·n)-th order statistic — the definition the exact
 bootstrap (fairbench.analysis.stats) uses, so a point estimate and its interval always share one
-quantile definition. When F never reaches q (the quantile falls in censored mass), the value is
-reported as a lower bound: the ceil(q·n)-th order statistic of all times, censored ones included,
-holds whatever the censoring mechanism (an unfinished request might have finished the instant
-after it was last seen, never sooner). Intervals (fairbench.analysis.intervals): order
+quantile definition. The quantile falls in censored mass, and the value is reported as a lower
+bound, when F never reaches q, and also whenever more requests are unfinished than the tail
+beyond q holds (more than n − ceil(q·n)): then the ceil(q·n)-th latency could be any of the
+unfinished ones', however long, and a value Kaplan–Meier reaches is only its assumption that an
+unfinished request would have fared like those still running when it was cut. An overloaded
+queue breaks that assumption (the requests cut at the run's end are the late arrivals, which
+wait longest): vtc-overload, 60% unfinished, printed its TTFT p99 as 447,638 ms
+[447,099, 447,638], the largest latency of the early arrivals that finished. The lower bound,
+the ceil(q·n)-th order statistic of all times, censored ones included, holds whatever the
+censoring mechanism (an unfinished request might have finished the instant after it was last
+seen, never sooner). With at most n − ceil(q·n) unfinished, ceil(q·n) requests are known to
+have finished, and Kaplan–Meier's value lies between that bound and the ceil(q·n)-th finished
+latency whatever the censoring. Intervals (fairbench.analysis.intervals): order
 statistics with binomial ranks without censoring, the Brookmeyer–Crowley inversion of
 Greenwood's variance of F with it — both widened for serial correlation when the observations
 carry their times (`t`), or declined when the run is too short for its correlation; for a
@@ -310,6 +319,8 @@ def quantile(obs: Observations, q: float) -> tuple[float, bool]:
     k = max(1, math.ceil(q * n))
     if obs.observed.all():
         return float(obs.sorted_time[k - 1]), False
+    if n - int(obs.observed.sum()) > n - k:  # more unfinished than the tail beyond p_q
+        return float(obs.sorted_time[k - 1]), True
     times, cdf, _ = obs.km
     hit = np.searchsorted(cdf, q - 1e-12, side="left")
     if hit < len(times):
@@ -324,7 +335,10 @@ def quantile_estimate(obs: Observations, q: float, confidence: float = 0.95) -> 
         return NAN_QUANTILE
     value, bound = quantile(obs, q)
     if bound:
-        reason = f"p{iv._pct(q)} falls among unfinished requests ({unfinished} of {n}): ≥ value"
+        reason = (
+            f"p{iv._pct(q)} falls among unfinished requests ({unfinished} of {n}, more than the "
+            f"{n - max(1, math.ceil(q * n))} beyond p{iv._pct(q)}): ≥ value"
+        )
         it = iv.Interval(value, math.inf, confidence, "lower bound (censored mass)", reason)
     elif unfinished == 0:
         it = iv.percentile_interval(obs.sorted_time, q, confidence, obs.dependence_at(value))

@@ -154,8 +154,9 @@ _SLOWDOWN_CI = (
     "Politis–White block lengths and ≥ n/10), Student t on the pseudo-values' effective "
     "degrees of freedom; with two tenants on "
     "log(mean ratio), and the figure's interval is that one's image (honest at a tie); "
-    "declined under 10 batches, with the requests and seconds that would do "
-    "(fairbench.analysis.fairness_ci)"
+    "declined under 10 batches, or where the ratio rests on fewer than 10 effective independent "
+    "contention episodes (a few long backlog episodes make it), with the requests and seconds "
+    "that would do (fairbench.analysis.fairness_ci)"
 )
 
 
