@@ -340,29 +340,47 @@ def needed_n(q: float, confidence: float, dep: Dependence = IID) -> int:
 
 def _exact_ranks(n: int, q: float, tail: float) -> tuple[float, float]:
     """Fractional ranks (lower, upper) whose one-sided coverage is `1 − tail` each, from the
-    binomial; lower 0 = unbounded below, upper > n = unbounded above."""
+    binomial; lower 0 = unbounded below, upper > n = unbounded above.
+
+    The binomial tails are computed only on ranks within z + 8 standard deviations of n·q, where
+    both crossings lie (`_exact_ranks_on` checks it, and takes every rank where they do not):
+    each tail value is the same computed alone, so the ranks are the same, and a 96,097-request
+    group costs 0.6 ms instead of 23 (issue 35: these were 1.5 of a fleet summary's 3.4 CPU s)."""
+    sd = math.sqrt(n * q * (1 - q))
+    half = (float(sps.norm.isf(tail)) + 8.0) * sd + 16
+    a = max(0, int(n * q - half))
+    b = min(n + 1, math.ceil(n * q + half))
+    return _exact_ranks_on(n, q, tail, a, b) or _exact_ranks_on(n, q, tail, 0, n + 1) or (0, 0)
+
+
+def _exact_ranks_on(n: int, q: float, tail: float, a: int, b: int) -> tuple[float, float] | None:
+    """`_exact_ranks` from the tails on ranks a … b; None when a crossing may lie outside."""
     target = 1.0 - tail
-    ranks = np.arange(0, n + 2)
+    ranks = np.arange(a, b + 1)
     g = sps.binom.sf(ranks - 1, n, q)  # P(X_(l) ≤ ξ) = P(Bin ≥ l), decreasing in l
     h = sps.binom.cdf(ranks - 1, n, q)  # P(X_(u) ≥ ξ) = P(Bin ≤ u − 1), increasing in u
     ok_low = np.flatnonzero((g >= target) & (ranks >= 1))
+    ok_high = np.flatnonzero((h >= target) & (ranks >= 1) & (ranks <= n))
+    if (g[-1] >= target and b < n + 1) or (len(ok_low) == 0 and a > 1):
+        return None
+    if (h[0] >= target and a > 1) or (len(ok_high) == 0 and b < n):
+        return None
     if len(ok_low) == 0:
         lower = 0.0
     else:
-        l0 = int(ok_low[-1])
-        if l0 >= n or g[l0] <= g[l0 + 1]:
-            lower = float(l0)
+        i = int(ok_low[-1])
+        if a + i >= n or g[i] <= g[i + 1]:
+            lower = float(a + i)
         else:
-            lower = l0 + (g[l0] - target) / (g[l0] - g[l0 + 1])
-    ok_high = np.flatnonzero((h >= target) & (ranks >= 1) & (ranks <= n))
+            lower = a + i + (g[i] - target) / (g[i] - g[i + 1])
     if len(ok_high) == 0:
         upper = math.inf
     else:
-        u0 = int(ok_high[0])
-        if u0 <= 1 or h[u0] <= h[u0 - 1]:
-            upper = float(u0)
+        i = int(ok_high[0])
+        if a + i <= 1 or h[i] <= h[i - 1]:
+            upper = float(a + i)
         else:
-            upper = u0 - (h[u0] - target) / (h[u0] - h[u0 - 1])
+            upper = a + i - (h[i] - target) / (h[i] - h[i - 1])
     return lower, upper
 
 
