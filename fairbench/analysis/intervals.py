@@ -22,12 +22,12 @@ bound it. Nothing is ever narrower than this.
 n·σ²∞, σ²∞ the long-run variance of the indicator series, instead of n·q(1−q). σ²∞ is estimated
 by batch means (Law & Kelton: 10–30 non-overlapping batches, each longer than the correlation
 time) on the requests in time order; the batch length is at least twice the Politis–White block
-length of the series' normal scores (`arch.bootstrap.optimal_block_length`). A tail indicator
-is too rare for batch means alone (about one p99 exceedance a batch at n = 1,000), so where the
-series' lag-1 correlation is significant τ is also read off its normal-score autocorrelations
-through a Gaussian copula (`copula_factor`), and the larger of the two is used. The ranks become
-n·q ± t_ν·√(n·σ²∞) and the interval is the wider of this and the exact one. ν is the batch
-means' effective degrees of freedom: B − 1 for normal batch means, fewer when they are
+length of the series' normal scores (`block_length.py`, as `arch.bootstrap` computes it). A tail
+indicator is too rare for batch means alone (about one p99 exceedance a batch at n = 1,000), so
+where the series' lag-1 correlation is significant τ is also read off its normal-score
+autocorrelations through a Gaussian copula (`copula_factor`), and the larger of the two is used.
+The ranks become n·q ± t_ν·√(n·σ²∞) and the interval is the wider of this and the exact one. ν is
+the batch means' effective degrees of freedom: B − 1 for normal batch means, fewer when they are
 heavy-tailed (Satterthwaite, from their kurtosis: `batch_means_df`) — a tail indicator's batch
 means are mostly 0 with a few bursts, and their variance is far noisier than B − 1 claims.
 Where the tail clusters beyond what the copula implies (a queue's bursts), a tail rarer than

@@ -18,7 +18,8 @@ INTERVALS = [
     "when n cannot bound the tail from above (a 95% p99 needs n ≥ 368), with the n that would.",
     "- **Serial correlation**: requests of one queue are not independent. The long-run variance "
     "of the percentile's indicator is estimated by batch means (10–30 batches, each at least two "
-    "Politis–White block lengths, `arch`); where it is significant the ranks widen by it, with "
+    "Politis–White block lengths, computed as `arch` does); where it is significant the ranks "
+    "widen by it, with "
     "Student t on the batch means' effective degrees of freedom (fewer than B − 1 when a "
     "tail's batch means are mostly 0 with a few bursts). A run with fewer than 10 such "
     "batches, or whose tail is exceeded in fewer than 5 independent bursts (Ferro–Segers "
