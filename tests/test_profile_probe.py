@@ -141,9 +141,11 @@ def test_the_fit_separates_floor_overhead_and_a_on_exact_data(floor: float) -> N
     both, a mixed step only `a`). The floor written as 0, as it was before, would put the
     16-token prompt at 12 ms instead of 30; with `a` and the overhead swapped, the mixed steps
     would miss by the overhead."""
-    from fairbench.targets.profile import fit_form
+    from fairbench.targets.profile.load import fit
 
-    got = fit_form(_synthetic(floor, 3.0), "max").coefficients
+    chosen = fit(_synthetic(floor, 3.0))
+    assert chosen.form == "max", chosen.rms_by_form
+    got = chosen.coefficients
     for key, true in {**TRUTH, "floor": floor, "overhead": 3.0}.items():
         assert got[key] == pytest.approx(true, rel=1e-3, abs=1e-6), (key, got)
 
