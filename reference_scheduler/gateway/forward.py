@@ -212,20 +212,25 @@ class Forwarding:
         idle = _Idle(self.config.dispatch.idle_timeout_s)
         content = resp.content
         chunk = first
+        # the per-token loop's callables, looked up once (the loop runs once per token)
+        feed, write, readany = events.feed, response.write, content.readany
         try:
             await self._write(response.prepare(request))
             while chunk:
-                out = events.feed(chunk)
+                out = feed(chunk)
                 if events.tokens:
                     dispatcher.charge_decode(job, self.now(), events.tokens)
                 if out:
-                    await self._write(response.write(out))
+                    try:  # inline, not `_write`: one coroutine a token instead of two
+                        await write(out)
+                    except ConnectionResetError:
+                        raise _ClientGone() from None
                 if events.done:
                     break
                 # readany returns what is buffered at once, else waits: every wait is bounded
                 # by idle, with one timer per stream (`_Idle`), not one per read; b"" at the end
                 idle.waiting()
-                chunk = await content.readany()
+                chunk = await readany()
                 idle.woke()
         except _ClientGone:
             resp.close()
