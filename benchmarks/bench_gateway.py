@@ -29,7 +29,11 @@ such rate (every rate is run unless the gateway drops requests). On a machine sh
 other work the absolute numbers move.
 
     python benchmarks/bench_gateway.py [--seconds 4] [--rates 200,500,1000] [--tokens 16]
-        [--repeats 3] [--profile gateway.prof]
+        [--repeats 3] [--profile gateway.prof] [--cpu-requests N]
+
+With `--cpu-requests N` it measures only the gateway's CPU per request: N streams, 16 at a
+time, `--repeats` times, the gateway's /proc CPU time over them (a figure a loaded machine can
+still measure, where the latency columns measure the machine; run it for two commits in turn).
 
 With `--profile PATH` the gateway runs under cProfile (which slows it: read the CPU column of
 that run as the profiler's, not the gateway's), its stats are written to PATH when it stops, and
@@ -187,6 +191,34 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def cpu_per_request(url: str, pid: int, requests: int, concurrency: int = 16) -> float:
+    """The gateway's CPU microseconds per request over `requests` streamed chat requests sent
+    `concurrency` at a time (a warm-up of 200 first): its /proc user + system time, so the
+    figure does not depend on what else the machine runs, only on its speed."""
+    import aiohttp
+
+    body = orjson.dumps(
+        {"model": MODEL, "messages": [{"role": "user", "content": "hi there"}], "stream": True}
+    )
+
+    async def drive(n: int) -> None:
+        gate = asyncio.Semaphore(concurrency)
+        async with aiohttp.ClientSession() as session:
+
+            async def one() -> None:
+                async with gate, session.post(f"{url}/v1/chat/completions", data=body) as resp:
+                    raw = await resp.read()
+                    if resp.status != 200 or not raw.endswith(b"data: [DONE]\n\n"):
+                        raise SystemExit(f"gateway answered {resp.status}: {raw[-200:]!r}")
+
+            await asyncio.gather(*(one() for _ in range(n)))
+
+    asyncio.run(drive(200))
+    before = cpu_s(pid)
+    asyncio.run(drive(requests))
+    return (cpu_s(pid) - before) / requests * 1e6
+
+
 @dataclass(frozen=True)
 class Pair:
     """One direct run and one gateway run of the same plan at one rate, back to back."""
@@ -241,6 +273,12 @@ def main() -> None:
     parser.add_argument(
         "--profile", type=Path, default=None, help="run the gateway under cProfile, stats here"
     )
+    parser.add_argument(
+        "--cpu-requests",
+        type=int,
+        default=0,
+        help="only the gateway's CPU per request: this many streams, --repeats times",
+    )
     parser.add_argument("--upstream", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.upstream:
@@ -269,6 +307,23 @@ def main() -> None:
     profile = args.profile.resolve() if args.profile is not None else None
     gateway, gw_url = start_gateway(up_url, workdir, gw_core, profile)
     os.sched_setaffinity(0, set(rest))
+    if args.cpu_requests > 0:
+        try:
+            got = [
+                cpu_per_request(gw_url, gateway.pid, args.cpu_requests) for _ in range(args.repeats)
+            ]
+        finally:
+            for proc in (gateway, upstream):
+                proc.terminate()
+                proc.wait(timeout=10)
+            shutil.rmtree(workdir, ignore_errors=True)
+        runs = ", ".join(f"{v:.0f}" for v in got)
+        print(
+            f"gateway CPU per request: median {float(np.median(got)):.0f} us ({runs}; "
+            f"{args.cpu_requests} {args.tokens}-token streams {args.gap_ms:g} ms a token, 16 at "
+            "a time, its /proc user + system time)"
+        )
+        return
     rows, best, costs = [], 0.0, []
     notes: list[str] = []
 

@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 import aiohttp
+import pytest
 
 from reference_scheduler.core.tokenizer import count_tokens
 from tests.promtext import sample_sum, samples
@@ -99,3 +100,29 @@ async def test_bad_input_is_counted_apart_from_rejections() -> None:
     assert not engine.requests
     assert sample_sum(text, "gateway_bad_requests_total") == 3
     assert samples(text, "scheduler_admission_rejections_total") == []
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], "x": NaN}',
+        b'{"messages": [], "n": 123456789012345678901234567890}',
+        b'["not", "an", "object"]',
+        b"{not json",
+        b'{"a": 1, "a": 2}',
+    ],
+)
+def test_the_gateway_reads_a_body_as_the_server_does(raw: bytes) -> None:
+    """The gateway parses bodies with orjson (faster) and falls back to the server's reader
+    (server/requests.json_object) where orjson refuses: the same object or the same 400 for
+    every body, including those only the json module takes (NaN, integers past 64 bits)."""
+    from reference_scheduler.gateway.app import _json_body
+    from reference_scheduler.server.requests import BadRequest, json_object
+
+    def outcome(read: Any) -> Any:
+        try:
+            return ("ok", repr(read(raw)))
+        except BadRequest as error:
+            return ("error", error.status, str(error))
+
+    assert outcome(_json_body) == outcome(json_object)

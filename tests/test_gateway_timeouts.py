@@ -75,6 +75,40 @@ async def test_a_stall_between_chunks_is_the_idle_timeout() -> None:
     assert healthy
 
 
+class Paced(Engine):
+    """The scripted engine, streaming each token `gap` seconds after the one before."""
+
+    def __init__(self, tokens: int, gap: float) -> None:
+        super().__init__(tokens)
+        self.gap = gap
+
+    async def _answer(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for i in range(self.tokens):
+            if i:
+                await asyncio.sleep(self.gap)
+            await response.write(self.chunk(f" t{i}"))
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        self.finished += 1
+        return response
+
+
+async def test_idle_bounds_each_gap_not_the_stream() -> None:
+    """A stream of gaps each under `idle_timeout_s`, whose whole runs past it several times, is
+    served to its end: the one timer a stream keeps (forward._Idle) re-arms for the wait in
+    progress rather than cutting the stream at the limit after its first wait."""
+    engine = Paced(tokens=8, gap=0.06)
+    d = {"idle_timeout_s": 0.15, "fail_after": 1}
+    async with rig([engine], d=d) as (gw, url, session):
+        status, raw, _ = await post(session, url, chat(stream=True))
+        healthy = gw.pool.upstreams[0].healthy
+    assert status == 200 and b"idle_timeout" not in raw, raw
+    assert raw.count(b'"content"') == 8 and raw.endswith(b"data: [DONE]\n\n"), raw
+    assert healthy and engine.finished == 1
+
+
 async def test_no_healthy_upstream_is_503_after_queue_timeout() -> None:
     engine = Engine()
     engine.alive = False  # its /health says 503, so the probe never brings it back

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -84,6 +85,7 @@ class Gateway(Forwarding):
         self.watcher: asyncio.Task[None] | None = None
         self.tokens = TokenCounter(config.spec.tokenizer)
         self.no_tokenize: set[int] = set()  # upstreams that answered /tokenize with 404
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}  # `_child`'s
         # Bad input (a malformed body, a prompt that can never fit) is the client's error, not
         # an admission decision: counted apart from scheduler_admission_rejections.
         self.bad_requests = Counter(
@@ -103,6 +105,16 @@ class Gateway(Forwarding):
 
     def now(self) -> int:
         return self.clock() - self.base
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        """`metric.labels(*labels)`, kept: prometheus_client's labels() takes a lock and builds
+        its key on every call (five a request were 1% of the gateway's time under cProfile);
+        the child it returns is the same object each time, and the gateway never removes one."""
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     # -------------------------------------------------------------- lifecycle
 
@@ -176,7 +188,7 @@ class Gateway(Forwarding):
         """The job, the body to send upstream and the model name the client is answered with."""
         tenant = self.tenant_of(request)
         cls = self.slo_class_of(request, tenant)
-        body = json_object(raw)
+        body = _json_body(raw)
         model = body.get("model")
         if model is not None and model != self.server.spec.model:
             raise invalid(f"The model `{model}` does not exist.", "model", "model_not_found")
@@ -187,12 +199,15 @@ class Gateway(Forwarding):
             body["max_tokens"] = max_tokens  # sent upstream, so what is reserved is what runs
         choices = n_of(body, 128)
         stream_flags(body)
-        n = await self.tokens.count(
-            prompt,
-            self._upstream_model(0),
-            body["messages"] if chat else None,
-            self._tokenize_post(),
-        )
+        if self.tokens.source == "upstream":
+            n = await self.tokens.count(
+                prompt,
+                self._upstream_model(0),
+                body["messages"] if chat else None,
+                self._tokenize_post(),
+            )
+        else:  # counted here, no round trip: no coroutine to create and await per request
+            n = self.tokens.local(prompt)
         if n < 1:
             raise invalid("The prompt is empty.", "prompt")
         context = self.tokens.max_model_len
@@ -276,10 +291,9 @@ class Gateway(Forwarding):
         outcome = "error"
         try:
             up = await self._placed(job)
-            self.metrics.admitted(job)
-            self.metrics.dispatch_wait.labels(up.name).observe(
-                (job.admit_ns - job.arrival_ns) / 1e9
-            )
+            waited = (job.admit_ns - job.arrival_ns) / 1e9
+            self._child(self.metrics.wait, job.tenant, job.slo_class).observe(waited)
+            self._child(self.metrics.dispatch_wait, up.name).observe(waited)
             while True:
                 try:
                     if stream_on:
@@ -344,11 +358,11 @@ class Gateway(Forwarding):
         finally:
             self.waiters.pop(job.id, None)
             if self.dispatcher.finish(job, self.now(), outcome):
-                self.metrics.requests.labels(job.tenant, job.slo_class, outcome).inc()
+                self._child(self.metrics.requests, job.tenant, job.slo_class, outcome).inc()
                 if outcome == "cancelled":
                     self.metrics.cancelled.inc()
                 if job.generated:
-                    self.metrics.tokens.labels(job.tenant).inc(job.generated)
+                    self._child(self.metrics.tokens, job.tenant).inc(job.generated)
             self.pump()
 
     # -------------------------------------------------------------- the rest
@@ -384,6 +398,26 @@ class Gateway(Forwarding):
                 if value is not None:
                     self.capacity.labels(up.name, kind).set(value)
         return web.Response(body=self.metrics.render(), content_type="text/plain", charset="utf-8")
+
+
+# A run of 20 digits or more: an integer orjson would read as a float (past 64 bits), where the
+# json module keeps it whole (`_json_body` leaves such bodies to json).
+_LONG_NUMBER = re.compile(rb"\d{20}")
+
+
+def _json_body(raw: bytes) -> dict[str, Any]:
+    """The body as a JSON object: orjson where it parses it to one (3-5 times faster than the
+    json module on a request's body), else the server's own reader, so what is refused, and
+    how, is the server's, and what is passed on is what json reads (json also takes NaN and
+    Infinity, which orjson refuses, and keeps integers past 64 bits whole, which orjson turns
+    into floats)."""
+    if _LONG_NUMBER.search(raw):
+        return json_object(raw)
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json_object(raw)
+    return body if isinstance(body, dict) else json_object(raw)
 
 
 GATEWAY = web.AppKey("gateway", Gateway)

@@ -13,7 +13,12 @@ The experiment, one phase at a time (nothing else should load the engine meanwhi
 
 1. **Prefill sweep.** One request at a time, `max_tokens=1`, prompt lengths spaced
    geometrically up to the model's context (and the per-step token budget, so a prompt is one
-   step). Observed: the time to the first token, which is `overhead + prefill_ms(n)`;
+   step). Observed: the time to the first token, which is `overhead + prefill_ms(n)`; where
+   the shortest prompts' times sit level, that level less the overhead is the step `floor`
+   (fitted, started from the best split of the sweep into a level and a curve, only where the
+   sweep identifies it, `fit.floor_test`: two lengths or more on the level, above the curve
+   fitted to the other lengths by more than their noise, and the level predicting each length
+   left out better than the curve alone; else the floor is 0);
    `overhead` (HTTP, tokenisation, the API server) is fitted as its own term — it is not a step
    cost — and written as the profile's `request_overhead_ms`, by which the `sim` target delays
    each request's arrival at the simulated engine (so a simulated TTFT contains it as a

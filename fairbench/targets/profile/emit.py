@@ -41,7 +41,7 @@ def profile_document(result: ProbeResult, the_fit: Fit, name: str) -> dict[str, 
     engine's description."""
     info, design = result.engine, result.design
     kv = design.kv_cache_tokens
-    doc: dict[str, Any] = {"name": name, **the_fit.profile_fields(), "floor": 0.0}
+    doc: dict[str, Any] = {"name": name, **the_fit.profile_fields()}
     doc.update(
         kv_cache_tokens=int(kv) if kv else 100_000,
         max_num_seqs=int(design.max_num_seqs),

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-COEFFICIENTS = ("a", "b", "c", "d", "e", "f", "overhead")
+COEFFICIENTS = ("a", "b", "c", "floor", "d", "e", "f", "overhead")
 REQUEST_TIMEOUT_S = 120.0
 
 
