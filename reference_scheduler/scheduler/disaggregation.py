@@ -8,6 +8,7 @@
           bandwidth: 50GB/s          # per prefill replica's link (RDMA NIC / NVLink)
           latency: 1ms               # fixed per transfer (connection set-up, the first byte)
           jitter: {dist: lognormal, median: 2ms, p99: 80ms}   # a stall added to each transfer
+        decode_admission: pooled     # or reserve, kv_aware (DisaggregationSpec)
 
 Why a block of its own: disaggregated serving (vLLM's KV connectors, SGLang's PD mode, llm-d)
 splits a request's life over two pools joined by a KV transfer whose time varies, and the field's
