@@ -80,8 +80,13 @@ BLOCK = {
 }
 
 
-def test_ttft_parts_sum_to_ttft_for_every_request() -> None:
-    config = parse_scheduler_config(BLOCK)
+def _with(mode: str) -> dict:
+    return {**BLOCK, "disaggregation": {**BLOCK["disaggregation"], "decode_admission": mode}}
+
+
+@pytest.mark.parametrize("mode", ["pooled", "reserve", "kv_aware"])
+def test_ttft_parts_sum_to_ttft_for_every_request(mode: str) -> None:
+    config = parse_scheduler_config(_with(mode))
     result = simulate(_jobs(), config)
     finished = [j for j in result.jobs if j.status == "finished"]
     assert len(finished) == len(result.jobs)
@@ -232,3 +237,76 @@ def test_jitter_without_share_draws_as_before() -> None:
     spec = KvTransferSpec(jitter={"dist": "uniform", "low": "1ms", "high": "3ms"})
     draws = spec.jitter.sample_s(np.random.default_rng(3), 1000)  # type: ignore[union-attr]
     assert np.array_equal(draws, np.random.default_rng(3).uniform(0.001, 0.003, 1000))
+
+
+def _stalled_link(monkeypatch: pytest.MonkeyPatch, stall_s: float) -> None:
+    """The first transfer stalls `stall_s`; every other one has no jitter."""
+    drawn = []
+
+    def draw(self: KvLink) -> float:
+        drawn.append(1)
+        return stall_s if len(drawn) == 1 else 0.0
+
+    monkeypatch.setattr(KvLink, "_draw_s", draw)
+
+
+def _three(mode: str) -> list[Job]:
+    """A at 0, B at 50 ms, C at 100 ms: short prompts, 20 tokens each, through one prefill
+    replica and two decode replicas of one slot each; A's transfer stalls 500 ms."""
+    config = parse_scheduler_config(
+        {
+            "policy": "fifo",
+            "max_num_seqs": 1,
+            "disaggregation": {
+                "prefill_replicas": 1,
+                "decode_replicas": 2,
+                "kv_transfer": {"bandwidth": "50GB/s", "latency": "1ms"},
+                "decode_admission": mode,
+            },
+        }
+    )
+    jobs = [Job(i, "t", "interactive", 100, 20, i * 50_000_000) for i in range(3)]
+    return simulate(jobs, config).jobs
+
+
+@pytest.mark.parametrize("mode", ["pooled", "reserve", "kv_aware"])
+def test_a_stalled_transfer_delays_others_only_when_it_holds_a_decode_slot(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`reserve` binds round-robin and holds the slot while the KV is in flight (SGLang's
+    plain request pool): C, bound to A's replica, cannot start decoding until A's stalled KV
+    arrives. `kv_aware` binds C to the replica with the least backlog and holds no slot in
+    flight, so C starts when its own KV is there; `pooled` (the default) never binds early."""
+    _stalled_link(monkeypatch, 0.5)
+    a, b, c = _three(mode)
+    assert all(j.status == "finished" for j in (a, b, c))
+    assert a.kv_arrived_ns - a.prefill_done_ns >= 500_000_000  # the stall
+    assert b.decode_admit_ns == b.kv_arrived_ns  # B's replica is free either way
+    c_wait = c.decode_admit_ns - c.kv_arrived_ns
+    if mode == "reserve":
+        assert (a.replica, b.replica, c.replica) == (0, 1, 0)
+        assert c.decode_admit_ns >= a.kv_arrived_ns and c_wait > 300_000_000
+    else:
+        assert c_wait == 0
+
+
+@pytest.mark.parametrize("mode", ["reserve", "kv_aware"])
+def test_bound_replicas_keep_token_times_on_their_own_replica(mode: str) -> None:
+    """Each decode replica is an engine of its own; a request's tokens are read from the
+    replica it was bound to (the records' token times), and the run is deterministic."""
+    config = parse_scheduler_config(_with(mode))
+    first, again = simulate(_jobs(), config), simulate(_jobs(), config)
+    assert [j.first_token_ns for j in first.jobs] == [j.first_token_ns for j in again.jobs]
+    used = {j.replica for j in first.jobs if j.status == "finished" and j.max_tokens > 1}
+    assert used == {0, 1}
+    for job in first.jobs:
+        if job.status == "finished" and job.max_tokens > 1:
+            times = first.token_times(job)
+            assert times[0] == job.first_token_ns and times[-1] == job.done_ns
+            assert len(times) == job.max_tokens
+
+
+def test_decode_admission_must_be_known() -> None:
+    with pytest.raises(SchedulerConfigError) as error:
+        parse_scheduler_config({"disaggregation": {"decode_admission": "eager"}})
+    assert len(error.value.lines) == 1 and "decode_admission" in error.value.lines[0]

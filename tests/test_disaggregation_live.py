@@ -12,11 +12,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from fairbench.pipeline import run_scenario
 from fairbench.run.rundir import RunOptions
 from fairbench.workload.loading import parse_scenario
 from fairbench.workload.models import Scenario
+from reference_scheduler.scheduler.config import SchedulerConfigError
+from reference_scheduler.server.config import parse_server_config
 
 LATENCY_MS = 60.0
 JITTER_MS = 5.0  # constant: every transfer's stall
@@ -87,3 +90,14 @@ def test_a_live_and_a_simulated_run_of_one_plan_split_ttft_alike(tmp_path: Path)
     for part in ("prefill_ns", "kv_transfer_ns", "decode_wait_ns"):
         diff_ms = (live.loc[both, part] - sim.loc[both, part]).abs().median() / 1e6
         assert diff_ms < 5.0, (part, diff_ms)
+
+
+def test_the_server_refuses_a_bound_decode_admission_in_one_line() -> None:
+    """`reserve` and `kv_aware` run in the simulator only: the server says so, naming the field,
+    rather than running `pooled` under another name."""
+    block = {"disaggregation": {"decode_replicas": 2, "decode_admission": "kv_aware"}}
+    with pytest.raises(SchedulerConfigError) as error:
+        parse_server_config({"scheduler": block})
+    assert len(error.value.lines) == 1
+    assert error.value.lines[0].startswith("scheduler.disaggregation.decode_admission:")
+    parse_server_config({"scheduler": {"disaggregation": {"decode_admission": "pooled"}}})

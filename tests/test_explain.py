@@ -1,10 +1,10 @@
 """fairbench explain (issue 34): the shift, its components and causes, on simulated runs.
 
-The runs are scenarios/incident-q1.yaml as shipped (10 minutes, ~14,700 requests), each cause
+The runs are scenarios/incident-q1.yaml as shipped (20 minutes, ~28,600 requests), each cause
 switched on by the override its header documents, read from the file, so the test runs what the
 docs show. The scenario was tuned on seeds 1-3; explain is held to its ranking on seeds it was
 not tuned on (HELD_OUT), and to `within_noise` for two seeds of the baseline. Runtime: 12
-simulated runs and 14 explains: 22 s at load 2-4 on two cores (64 s at load 7).
+simulated runs and 14 explains: 57 s wall, 34 s CPU, at load 4-5 on two cores.
 """
 
 from __future__ import annotations

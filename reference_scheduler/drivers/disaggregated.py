@@ -19,6 +19,14 @@ each instance runs its own scheduler, and llm-d, whose pods keep vLLM's; docs/in
 
    and records carry each term (Job.admit_ns, prefill_done_ns, kv_arrived_ns, decode_admit_ns).
 
+How a request reaches a decode replica is `disaggregation.decode_admission`: `pooled` (the
+default, above: the decode pool's one queue, joined on arrival), or bound to one replica when its
+prefill ends — `reserve` (round-robin, holding a slot of that replica while its KV is in flight)
+or `kv_aware` (the replica with the least backlog, no slot held in flight). Bound, each decode
+replica is an `Engine` of its own (its own queue and policy, as each decode instance of vLLM or
+SGLang schedules its own), and a held slot is one of its `max_num_seqs` taken until the KV
+arrives (`_Bound`).
+
 A request asking for at most one token (or an embedding) finishes in the prefill pool. Requests
 too long for the model are refused (400) up front, as the colocated engine refuses them. The
 decode pool has no admission limits and no prefix cache of its own (its KV came over the link);
@@ -45,17 +53,64 @@ from reference_scheduler.scheduler.vllm import make_engine
 _KV, _PREFILL, _DECODE = 0, 1, 2  # event kinds on the heap, in their order at one instant
 
 
-def pool_configs(config: SchedulerConfig) -> tuple[SchedulerConfig, SchedulerConfig]:
-    """The prefill pool's and the decode pool's configurations, validated like any block."""
+def pool_configs(
+    config: SchedulerConfig, decode_replicas: int | None = None
+) -> tuple[SchedulerConfig, SchedulerConfig]:
+    """The prefill pool's and the decode pool's configurations, validated like any block
+    (`decode_replicas`: another replica count for the decode pool, 1 for a bound replica)."""
     spec = config.spec
     dis = spec.disaggregation
     assert dis is not None
     base = spec.model_dump(exclude={"disaggregation"}, exclude_none=True)
     prefill = parse_scheduler_config({**base, "replicas": dis.prefill_replicas})
-    decode_block = {**base, "replicas": dis.decode_replicas}
+    replicas = dis.decode_replicas if decode_replicas is None else decode_replicas
+    decode_block = {**base, "replicas": replicas}
     decode_block.pop("admission", None)
     decode_block.pop("prefix_cache", None)
     return prefill, parse_scheduler_config(decode_block)
+
+
+class _Bound:
+    """The decode pool when a request is bound to one replica as its prefill ends (`reserve`,
+    `kv_aware`): one single-replica engine per decode replica, the bindings, the transfers in
+    flight to each, and under `reserve` the slots they hold. Events and kicks name a replica by
+    its index k here (each engine's own replica is 0)."""
+
+    def __init__(self, d_config: SchedulerConfig, replicas: int, mode: str) -> None:
+        self.engines = [make_engine(d_config) for _ in range(replicas)]
+        self.mode = mode
+        self.inflight = [0] * replicas  # transfers bound to k whose KV has not arrived
+        self.bound: dict[int, int] = {}  # job id -> its decode replica
+        self._next = 0  # round-robin's turn
+
+    def bind(self, job_id: int) -> int:
+        """Choose the request's decode replica as its transfer starts (and hold a slot)."""
+        n = len(self.engines)
+        if self.mode == "reserve":
+            k = self._next
+            self._next = (k + 1) % n
+        else:  # kv_aware: the least backlog, the lower index on ties
+            k = min(range(n), key=lambda i: (self._backlog(i), i))
+        self.bound[job_id] = k
+        self.inflight[k] += 1
+        if self.mode == "reserve":
+            self.engines[k].replicas[0].slots += 1  # held until the KV arrives
+        return k
+
+    def _backlog(self, k: int) -> int:
+        engine = self.engines[k]
+        return self.inflight[k] + len(engine.policy) + engine.replicas[0].slots
+
+    def arrived(self, job_id: int) -> int:
+        """The KV of a bound request arrived (or was dropped): its hold ends; its replica."""
+        k = self.bound[job_id]
+        self.inflight[k] -= 1
+        if self.mode == "reserve":
+            self.engines[k].replicas[0].slots -= 1
+        return k
+
+    def engine_of(self, job_id: int) -> object:
+        return self.engines[self.bound.get(job_id, 0)]
 
 
 def _copy(job: Job, max_tokens: int, arrival_ns: int) -> Job:
@@ -106,8 +161,17 @@ def simulate_disaggregated(
     does not import it: drivers/virtual imports this one)."""
     dis = config.spec.disaggregation
     assert dis is not None
-    p_config, d_config = pool_configs(config)
-    pe, de = make_engine(p_config), make_engine(d_config)
+    bound: _Bound | None = None
+    if dis.decode_admission == "pooled":
+        p_config, d_config = pool_configs(config)
+        pe, de = make_engine(p_config), make_engine(d_config)
+        d_idle = list(range(len(de.replicas)))
+    else:
+        p_config, d_config = pool_configs(config, 1)
+        pe = make_engine(p_config)
+        bound = _Bound(d_config, dis.decode_replicas, dis.decode_admission)
+        de = bound.engines[0]  # for the up-front 400: every decode replica is alike
+        d_idle = list(range(dis.decode_replicas))
     link = KvLink(
         dis.kv_transfer, config.profile.kv_bytes_per_token, dis.prefill_replicas, config.spec.seed
     )
@@ -116,11 +180,18 @@ def simulate_disaggregated(
     djobs: dict[int, Job] = {}
     dropped: set[int] = set()  # cancelled while their KV was on the link
     events: list[tuple[int, int, int]] = []  # (t, kind, replica or job id)
-    idle = {_PREFILL: list(range(len(pe.replicas))), _DECODE: list(range(len(de.replicas)))}
+    idle = {_PREFILL: list(range(len(pe.replicas))), _DECODE: d_idle}
     engines = {_PREFILL: pe, _DECODE: de}
     push, pop = heapq.heappush, heapq.heappop
 
+    def decode_of(job_id: int) -> object:
+        return de if bound is None else bound.engine_of(job_id)
+
     def kick(kind: int, now: int) -> None:
+        if kind == _DECODE and bound is not None:
+            for k in range(len(bound.engines)):
+                kick_bound(k, now)
+            return
         engine, free = engines[kind], idle[kind]
         tried = []
         while free and len(engine.policy):
@@ -132,6 +203,16 @@ def simulate_disaggregated(
             after_step(kind, r, res, now)
         for r in tried:
             push(free, r)
+
+    def kick_bound(k: int, now: int) -> None:
+        """Start bound decode replica k if it is idle and has a request waiting."""
+        assert bound is not None
+        engine = bound.engines[k]
+        if k in d_idle and len(engine.policy):
+            res = engine.step(0, now)
+            if res is not None:
+                d_idle.remove(k)
+                push(events, (res.end_ns, _DECODE, k))
 
     def after_step(kind: int, r: int, res: object, now: int) -> None:
         push(events, (res.end_ns, kind, r))  # type: ignore[attr-defined]
@@ -145,9 +226,18 @@ def simulate_disaggregated(
         if job.max_tokens <= 1:
             return
         arrive = link.transfer(pj.replica, pj.done_ns, job.prompt_tokens)
+        if bound is not None:
+            bound.bind(pj.id)
         push(events, (arrive, _KV, pj.id))
 
     def kv_arrived(job_id: int, now: int) -> None:
+        if bound is not None:
+            k = bound.arrived(job_id)
+            if job_id not in dropped:
+                dj = djobs[job_id] = to_decode(jobs[index[job_id]], now)
+                bound.engines[k].submit(dj, now)
+            kick_bound(k, now)  # its request, or a slot the dropped one held
+            return
         if job_id in dropped:
             return
         dj = djobs[job_id] = to_decode(jobs[index[job_id]], now)
@@ -174,7 +264,7 @@ def simulate_disaggregated(
             continue
         if t_due <= stop_at and t_due <= t_event and t_due < never:
             now = t_due
-            cancel(jobs[d], now, pe, de, pjobs, djobs, dropped)
+            cancel(jobs[d], now, pe, decode_of(jobs[d].id), pjobs, djobs, dropped)
             d += 1
             kick(_PREFILL, now)
             kick(_DECODE, now)
@@ -182,11 +272,18 @@ def simulate_disaggregated(
         if stop_at <= t_event and stop_at < never:
             now = stop_at
             for job in jobs[:i]:
-                cancel(job, now, pe, de, pjobs, djobs, dropped)
+                cancel(job, now, pe, decode_of(job.id), pjobs, djobs, dropped)
             break
         now, kind, ref = pop(events)
         if kind == _KV:
             kv_arrived(ref, now)
+            continue
+        if kind == _DECODE and bound is not None:
+            res = bound.engines[ref].step(0, now)
+            if res is None:
+                d_idle.append(ref)
+            else:
+                push(events, (res.end_ns, _DECODE, ref))
             continue
         engine = engines[kind]
         res = engine.step(ref, now)
@@ -198,8 +295,12 @@ def simulate_disaggregated(
             kick(kind, now)
     for job in jobs:
         merge(job, pjobs.get(job.id), djobs.get(job.id))
-    decode_ends = [np.asarray(rep.decode_ends, dtype=np.int64) for rep in de.replicas]
-    steps = sum(rep.steps for rep in pe.replicas) + sum(rep.steps for rep in de.replicas)
+        if bound is not None and job.id in djobs:  # its engine's replica 0 is replica k
+            k = job.replica = bound.bound[job.id]
+            job.segments = [(k, *seg[1:]) for seg in job.segments]
+    d_reps = de.replicas if bound is None else [e.replicas[0] for e in bound.engines]
+    decode_ends = [np.asarray(rep.decode_ends, dtype=np.int64) for rep in d_reps]
+    steps = sum(rep.steps for rep in pe.replicas) + sum(rep.steps for rep in d_reps)
     return jobs, decode_ends, now, steps
 
 

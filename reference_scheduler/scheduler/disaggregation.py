@@ -8,6 +8,7 @@
           bandwidth: 50GB/s          # per prefill replica's link (RDMA NIC / NVLink)
           latency: 1ms               # fixed per transfer (connection set-up, the first byte)
           jitter: {dist: lognormal, median: 2ms, p99: 80ms}   # a stall added to each transfer
+        decode_admission: pooled     # or reserve, kv_aware (DisaggregationSpec)
 
 Why a block of its own: disaggregated serving (vLLM's KV connectors, SGLang's PD mode, llm-d)
 splits a request's life over two pools joined by a KV transfer whose time varies, and the field's
@@ -160,11 +161,30 @@ class KvTransferSpec(BaseModel):
         return duration_s(value)
 
 
+DecodeAdmission = Literal["pooled", "reserve", "kv_aware"]
+
+
 class DisaggregationSpec(BaseModel):
+    """The block. `decode_admission` is how a request whose prefill ended reaches a decode
+    replica (drivers/disaggregated.py; docs/incident.md, with the systems each mode follows):
+
+    - `pooled` (default): it joins the decode pool's one queue when its KV has arrived, and
+      the first replica with a free slot takes it — bound as late as can be, nothing held while
+      the KV is in flight;
+    - `reserve`: bound when its prefill ends, round-robin (vLLM's disaggregation proxy), and
+      holding one of that replica's `max_num_seqs` slots from then on, the transfer included
+      (SGLang's plain request pool: pre-allocated + transferring + running <= the limit), so a
+      stalled transfer keeps a slot idle and the requests bound behind it wait;
+    - `kv_aware`: bound when its prefill ends to the replica with the least backlog (transfers
+      in flight to it, its waiting and running requests; llm-d's load scorers), holding no slot
+      until its KV has arrived (SGLang's decode request pool, vLLM's WAITING_FOR_REMOTE_KVS).
+    """
+
     model_config = ConfigDict(extra="forbid", frozen=True)
     prefill_replicas: int = Field(1, ge=1, le=100_000)
     decode_replicas: int = Field(1, ge=1, le=100_000)
     kv_transfer: KvTransferSpec = Field(default_factory=KvTransferSpec)
+    decode_admission: DecodeAdmission = "pooled"
 
 
 class KvLink:

@@ -84,6 +84,12 @@ def parse_server_config(data: Any) -> ServerConfig:
                     f"tenants[{i}].classes: unknown class {cls!r}; "
                     f"defined: {sorted(spec.slo_classes)}"
                 )
+    dis = scheduler.spec.disaggregation
+    if dis is not None and dis.decode_admission != "pooled":
+        problems.append(
+            "scheduler.disaggregation.decode_admission: the real-time server runs `pooled` only, "
+            "for now; remove it, or run the scenario in the simulator (target: sim)"
+        )
     keys = [t.api_key for t in spec.tenants if t.api_key]
     if len(keys) != len(set(keys)):
         problems.append("tenants: two tenants share an api_key")
