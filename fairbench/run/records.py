@@ -29,6 +29,7 @@ import numpy as np
 import orjson
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 RECORD_SCHEMA_VERSION = 6  # 2: t_end_ns; 3: rx_delay_ns, rx_delay_max_ns, rx_error_ns,
@@ -282,7 +283,8 @@ def check_accounting(planned: int, rows: Records) -> Accounting:
         unique = np.unique(id_array)
         duplicates = len(id_array) - len(unique)
         missing = planned - int(np.count_nonzero((unique >= 0) & (unique < planned)))
-        counts = Counter(rows.column("status").to_pylist())
+        counted = pc.value_counts(rows.column("status")).to_pylist()  # not one str per row
+        counts = Counter({c["values"]: c["counts"] for c in counted})
         return Accounting(planned, {s: counts.get(s, 0) for s in STATUSES}, duplicates, missing)
     ids = Counter(r["request_id"] for r in rows)
     duplicates = sum(c - 1 for c in ids.values() if c > 1)

@@ -248,15 +248,17 @@ def record_columns(
     plan: Plan,
     timeout_ns: int | None = None,
     stop_ns: int | None = None,
+    release_jobs: bool = False,
 ) -> dict[str, tuple[Any, np.ndarray | None]]:
     """`records_from`'s records as columns: name -> (values, null mask or None), values an
     int64/float64 array or a list of str/None, rows in the jobs' order; a column left out is
     all null. fairbench.run.records.records_table makes the Arrow table. Built column by
-    column from the jobs, with no Python object per record: at fleet size the
-    per-record dicts were about 1 KB each, 2 GB of the run's peak for 1.9M requests (issue 35).
-    The rule is `records_from`'s, value for value (tests/test_sim_record_table.py holds the
-    two equal); the rare jobs cut off mid-stream (timeout, cancelled) go through its per-job
-    code."""
+    column from the jobs, with no Python object per record: at fleet size the per-record dicts
+    were about 1 KB each, 2 GB of the run's peak for 1.9M requests (issue 35). The rule is
+    `records_from`'s, value for value (tests/test_sim_record_columns.py holds the two equal);
+    the rare jobs cut off mid-stream (timeout, cancelled) go through its per-job code.
+    `release_jobs` empties `result.jobs` once everything is read from them (the caller's last
+    use): the jobs (about 0.5 KB each) and the columns are then never held at once."""
     jobs, n = result.jobs, len(result.jobs)
     never = 1 << 62
     stop = never if stop_ns is None else stop_ns
@@ -264,55 +266,36 @@ def record_columns(
     status_of = [j.status for j in jobs]  # shared str objects: 8 bytes a job
     rejected = np.fromiter((s == "rejected" for s in status_of), dtype=bool, count=n)
     finished = np.fromiter((s == "finished" for s in status_of), dtype=bool, count=n)
-    done = _ints(jobs, "done_ns")
+    raw = {
+        name: _ints(jobs, name)
+        for name in (
+            "id",
+            "prompt_tokens",
+            "backlog_ns",
+            "wait_since_ns",
+            "passed_over_ns",
+            "reject_code",
+            "first_token_ns",
+            "max_tokens",
+            "done_ns",
+            "admit_ns",
+            "arrival_ns",
+            "preemptions",
+            "cached_tokens",
+            "prefill_done_ns",
+            "kv_arrived_ns",
+            "decode_admit_ns",
+        )
+    }
+    retry = np.fromiter((j.retry_after_s for j in jobs), dtype=np.float64, count=n)
+    done, first, served = raw["done_ns"], raw["first_token_ns"], raw["max_tokens"]
     deadline = sent + timeout_ns if timeout_ns is not None else np.full(n, never, np.int64)
     cut = np.minimum(deadline, stop)
     ok = finished & (done <= cut)
     open_ = ~rejected & ~ok
     cut_short = open_ & (cut < never)  # timeout or cancelled at the cut, per job below
     left = open_ & (cut >= never)  # never ended: the simulation left it
-    ints: dict[str, np.ndarray] = {}
-    nulls: dict[str, np.ndarray] = {}
-
-    def put(name: str, values: np.ndarray, valid: np.ndarray) -> None:
-        ints[name] = np.where(valid, values, 0)
-        nulls[name] = ~valid
-
-    ints["request_id"] = _ints(jobs, "id")
-    ints["t_intended_ns"] = ints["t_sent_ns"] = sent
-    ints["prompt_tokens"] = _ints(jobs, "prompt_tokens")
-    ints["max_tokens"] = np.asarray(plan.columns["max_tokens"], dtype=np.int64)
-    ints["worker"] = np.zeros(n, np.int64)
-    waited = _ints(jobs, "backlog_ns")
-    wait_since = _ints(jobs, "wait_since_ns")
-    waited += np.where(wait_since >= 0, np.maximum(0, result.end_ns - wait_since), 0)
-    put("backlog_ns", waited, ~rejected)
-    passed = _ints(jobs, "passed_over_ns")
-    put("passed_over_ns", passed - sent, ~rejected & (passed >= 0))
-    code = _ints(jobs, "reject_code")
-    retry = np.fromiter((j.retry_after_s for j in jobs), dtype=np.float64, count=n)
-    put("http_status", np.where(rejected, code, 200), rejected | ok)
-    first = _ints(jobs, "first_token_ns")
-    served = _ints(jobs, "max_tokens")
-    put("t_first_byte_ns", first, ok)
-    put("t_first_token_ns", first, ok & (served != 0))
-    put("t_done_ns", done, ok)
-    put("t_end_ns", np.where(ok, done, cut), ok | cut_short)
-    ints["output_tokens"] = ints["n_chunks"] = np.where(ok, served, 0)  # one array: equal
     itl = result.itl_max_ns()
-    put("itl_max_ns", itl, ok & (itl >= 0))
-    admit = _ints(jobs, "admit_ns")
-    put("queue_time_ns", admit - _ints(jobs, "arrival_ns"), ok)
-    put("preemptions", _ints(jobs, "preemptions"), ok)
-    put("cached_tokens", _ints(jobs, "cached_tokens"), ok)
-    # ttft_parts, vectorized: colocated (no prefill_done), finished in the prefill pool (no KV
-    # arrival), or disaggregated
-    pre_done, kv = _ints(jobs, "prefill_done_ns"), _ints(jobs, "kv_arrived_ns")
-    colocated, disagg = pre_done < 0, (pre_done >= 0) & (kv >= 0)
-    end = np.where(first >= 0, first, done)
-    put("prefill_ns", np.where(colocated, end, pre_done) - admit, ok)
-    put("kv_transfer_ns", np.where(disagg, kv - pre_done, 0), ok)
-    put("decode_wait_ns", np.where(disagg, _ints(jobs, "decode_admit_ns") - kv, 0), ok)
     # the last token: one index per never-preempted job; the preempted through token_times
     preempted = np.fromiter((bool(j.segments) for j in jobs), dtype=bool, count=n)
     last = np.zeros(n, np.int64)
@@ -324,6 +307,51 @@ def record_columns(
         value = _last_token_ns(result, jobs[i])
         has_last[i] = value is not None
         last[i] = value or 0
+    seen_at_cut = {
+        i: _seen(result, jobs[i], int(cut[i])) for i in np.flatnonzero(cut_short).tolist()
+    }
+    left_status = {i: status_of[i] for i in np.flatnonzero(left).tolist()}
+    tenants, classes = [j.tenant for j in jobs], [j.slo_class for j in jobs]
+    del status_of, jobs
+    if release_jobs:  # nothing below reads a job
+        result.jobs.clear()
+    ints: dict[str, np.ndarray] = {}
+    nulls: dict[str, np.ndarray] = {}
+
+    def put(name: str, values: np.ndarray, valid: np.ndarray) -> None:
+        ints[name] = np.where(valid, values, 0)
+        nulls[name] = ~valid
+
+    ints["request_id"] = raw.pop("id")
+    ints["t_intended_ns"] = ints["t_sent_ns"] = sent
+    ints["prompt_tokens"] = raw.pop("prompt_tokens")
+    ints["max_tokens"] = np.asarray(plan.columns["max_tokens"], dtype=np.int64)
+    ints["worker"] = np.zeros(n, np.int64)
+    waited, wait_since = raw.pop("backlog_ns"), raw.pop("wait_since_ns")
+    waited += np.where(wait_since >= 0, np.maximum(0, result.end_ns - wait_since), 0)
+    put("backlog_ns", waited, ~rejected)
+    passed = raw.pop("passed_over_ns")
+    put("passed_over_ns", passed - sent, ~rejected & (passed >= 0))
+    code = raw.pop("reject_code")
+    put("http_status", np.where(rejected, code, 200), rejected | ok)
+    put("t_first_byte_ns", first, ok)
+    put("t_first_token_ns", first, ok & (served != 0))
+    put("t_done_ns", done, ok)
+    put("t_end_ns", np.where(ok, done, cut), ok | cut_short)
+    ints["output_tokens"] = ints["n_chunks"] = np.where(ok, served, 0)  # one array: equal
+    put("itl_max_ns", itl, ok & (itl >= 0))
+    admit = raw.pop("admit_ns")
+    put("queue_time_ns", admit - raw.pop("arrival_ns"), ok)
+    put("preemptions", raw.pop("preemptions"), ok)
+    put("cached_tokens", raw.pop("cached_tokens"), ok)
+    # ttft_parts, vectorized: colocated (no prefill_done), finished in the prefill pool (no KV
+    # arrival), or disaggregated
+    pre_done, kv = raw.pop("prefill_done_ns"), raw.pop("kv_arrived_ns")
+    colocated, disagg = pre_done < 0, (pre_done >= 0) & (kv >= 0)
+    end = np.where(first >= 0, first, done)
+    put("prefill_ns", np.where(colocated, end, pre_done) - admit, ok)
+    put("kv_transfer_ns", np.where(disagg, kv - pre_done, 0), ok)
+    put("decode_wait_ns", np.where(disagg, raw.pop("decode_admit_ns") - kv, 0), ok)
     texts: dict[str, list[str | None]] = {
         "status": ["ok" if o else "cancelled" for o in ok.tolist()],
         "error_kind": [None] * n,
@@ -335,11 +363,10 @@ def record_columns(
         texts["status"][i] = "rejected" if c in (429, 503) else "error"
         texts["error_kind"][i] = kinds.get(c, "http_4xx")
         texts["error_detail"][i] = "rejected by the scheduler"
-    for i in np.flatnonzero(left).tolist():
-        texts["error_detail"][i] = f"left {status_of[i]} by the simulation"
+    for i, status in left_status.items():
+        texts["error_detail"][i] = f"left {status} by the simulation"
     timeout_s = (timeout_ns or 0) / 1e9
-    for i in np.flatnonzero(cut_short).tolist():  # the client stopped waiting mid-stream
-        seen = _seen(result, jobs[i], int(cut[i]))
+    for i, seen in seen_at_cut.items():  # the client stopped waiting mid-stream
         timed_out = bool(deadline[i] <= stop)
         texts["status"][i] = "timeout" if timed_out else "cancelled"
         if timed_out:
@@ -358,8 +385,8 @@ def record_columns(
         name: (values, nulls.get(name)) for name, values in ints.items()
     }
     columns["retry_after_s"] = (np.where(rejected, retry, 0.0), ~rejected)
-    columns["tenant"] = ([j.tenant for j in jobs], None)
-    columns["slo_class"] = ([j.slo_class for j in jobs], None)
+    columns["tenant"] = (tenants, None)
+    columns["slo_class"] = (classes, None)
     columns["workload"] = (plan.names("workload"), None)
     columns["endpoint"] = (plan.names("endpoint"), None)
     for name, strings in texts.items():
