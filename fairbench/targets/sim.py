@@ -258,7 +258,9 @@ def record_columns(
     `records_from`'s, value for value (tests/test_sim_record_columns.py holds the two equal);
     the rare jobs cut off mid-stream (timeout, cancelled) go through its per-job code.
     `release_jobs` empties `result.jobs` once everything is read from them (the caller's last
-    use): the jobs (about 0.5 KB each) and the columns are then never held at once."""
+    use), meant to let the jobs (about 0.5 KB each) go before the columns are derived. Measured
+    (fleet-80, 10 min): the peak did not fall (2,173 MB at the records either way), so the
+    jobs are still held elsewhere until the result is dropped; not yet found (issue 35)."""
     jobs, n = result.jobs, len(result.jobs)
     never = 1 << 62
     stop = never if stop_ns is None else stop_ns
