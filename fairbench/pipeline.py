@@ -27,7 +27,7 @@ from fairbench.analysis.summary import build_summary, measurement_window
 from fairbench.plan.model import Plan
 from fairbench.run.live import Progress
 from fairbench.run.measure import Measurement, measure
-from fairbench.run.records import check_accounting, records_frame, write_records
+from fairbench.run.records import check_accounting, records_frame, records_table, write_records
 from fairbench.run.recovery import read_partial
 from fairbench.run.rundir import RunOptions, write_json
 from fairbench.workload.models import Scenario
@@ -202,8 +202,10 @@ def _solo_arm(plan: Plan, scn: Scenario, lo: float, hi: float) -> tuple[float, f
     from fairbench.analysis.fairness_ci import log_se
     from fairbench.targets.sim import run_sim
 
-    records, _ = run_sim(plan, scn)
-    frame = records_frame(records)
+    records, _ = run_sim(plan, scn, columns=True)
+    frame = records_frame(
+        records if isinstance(records, list) else records_table(records, len(plan))
+    )
     t = frame["t_intended_ns"].to_numpy(dtype=np.float64) / 1e9
     frame = frame[(t >= lo) & (t <= hi)].reset_index(drop=True)
     obs = censored.ttft_rows(frame, scn.run.timeout).select()
