@@ -88,8 +88,9 @@ class Observations:
         """The batching with τ of the indicator 1{latency ≤ threshold} in time order: the largest
         of batch means', the Gaussian copula's and, for a tail rarer than p95, the p95
         indicator's batch means (see fairbench.analysis.intervals); with the batch means'
-        effective degrees of freedom and, where dependence counts, how many independent bursts
-        the exceedances come in (fewer than `iv.MIN_CLUSTERS` decline the interval).
+        effective degrees of freedom (no more than the exceedances' bursts give: `iv.cluster_df`)
+        and, where dependence counts, how many independent bursts the exceedances come in
+        (fewer than `iv.MIN_CLUSTERS` decline the interval).
 
         Why the p95 floor: a p99 indicator's τ rests on about n/100 exceedances and follows
         the run's own percentile, so a quiet run (no large burst) measured a small τ and printed
@@ -107,13 +108,16 @@ class Observations:
         if factor <= 1.0:
             return iv.with_factor(dep, factor)
         df = None
+        exceed = ~below if share >= 0.5 else below
         if batched > copula:  # the tail clusters beyond what a Gaussian copula implies
             df = iv.batch_means_df(below, dep)
+            bursts_df = iv.cluster_df(exceed)
+            if df is not None and bursts_df is not None:
+                df = min(df, bursts_df)
             if share > iv.TAIL_FLOOR_Q:
                 k = max(1, math.ceil(iv.TAIL_FLOOR_Q * len(series)))
                 floor_at = float(self.sorted_time[k - 1])
                 factor = max(factor, iv.long_run_factor(series <= floor_at, dep))
-        exceed = ~below if share >= 0.5 else below
         # bursts are counted where there are enough exceedances to show them (≥ 2 × the
         # minimum): fewer already leave the tail one-sided, and an i.i.d. sample's 3
         # exceedances are 3 bursts, not a run too short

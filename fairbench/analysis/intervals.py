@@ -29,7 +29,9 @@ autocorrelations through a Gaussian copula (`copula_factor`), and the larger of 
 The ranks become n·q ± t_ν·√(n·σ²∞) and the interval is the wider of this and the exact one. ν is
 the batch means' effective degrees of freedom: B − 1 for normal batch means, fewer when they are
 heavy-tailed (Satterthwaite, from their kurtosis: `batch_means_df`) — a tail indicator's batch
-means are mostly 0 with a few bursts, and their variance is far noisier than B − 1 claims.
+means are mostly 0 with a few bursts, and their variance is far noisier than B − 1 claims —
+and never more than the exceedances' bursts give (`cluster_df`, the same formula on the sizes
+of the Ferro–Segers bursts): a tail made by a few very large bursts is known from those few.
 Where the tail clusters beyond what the copula implies (a queue's bursts), a tail rarer than
 p95 takes at least the p95 indicator's τ: its own rests on n/100 exceedances and follows the
 run's own percentile, so a quiet run measured a small τ. When a run has fewer than 10 batches
@@ -304,6 +306,21 @@ def exceedance_clusters(exceed: np.ndarray) -> int:
     else:
         theta = 2.0 * (gaps - 1).sum() ** 2 / ((n - 1) * float(((gaps - 1) * (gaps - 2)).sum()))
     return max(1, math.floor(min(1.0, theta) * n))
+
+
+def cluster_df(exceed: np.ndarray) -> float | None:
+    """The effective degrees of freedom the exceedances' bursts give τ: `effective_df` of the
+    sizes of the `exceedance_clusters` bursts (split at the largest gaps). Why: a run whose
+    tail came in a few very large bursts read its τ from batch means that saw mostly one of
+    them; with the bursts' sizes heavy-tailed their count carries little information. Capping
+    ν by it took sim TTFT p90 at 9/s from 92.0% to 93.5% of 200 seeds (p99 at 7/s 91.2% → 93.8%).
+    None with fewer than 4 bursts or bursts all of one size."""
+    where = np.flatnonzero(exceed)
+    count = exceedance_clusters(exceed)
+    if count < 4:
+        return None
+    cut = np.sort(np.argsort(np.diff(where), kind="stable")[::-1][: count - 1])
+    return effective_df(np.diff(np.concatenate([[0], cut + 1, [len(where)]])).astype(np.float64))
 
 
 # ------------------------------------------------------------------ percentiles
