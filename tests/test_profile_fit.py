@@ -19,7 +19,7 @@ import yaml
 from fairbench.targets.profile import Observation
 from fairbench.targets.profile.load import fit
 from fairbench.targets.profile.merge import probe_data
-from reference_scheduler.core.costmodel import load_profile
+from tests.profile_design import exact_design
 
 FIXTURES = Path(__file__).parent / "fixtures" / "profile"
 
@@ -33,21 +33,16 @@ def cpu_design(floor: float, form: str = "sum") -> list[Observation]:
     """The probe's design points on the CPU vLLM's limits (max_num_seqs 4, 2,048 tokens a step)
     as an exact engine of CPU (and `floor`) gives them: each prefill's TTFT with OVERHEAD in
     it, the decode and mixed steps without."""
-    truth = load_profile(
-        {"name": "t", **CPU, "floor": floor, "kv_cache_tokens": 1, "mixed_step": form}
+    return exact_design(
+        {**CPU, "mixed_step": form},
+        floor=floor,
+        overhead=OVERHEAD,
+        prefills=(16, 32, 63, 125, 248, 492, 977, 1938),
+        decode_prompts=(32, 969),
+        decode_batches=(1, 2, 4),
+        mixed=((244, 488, 976), 3, 190),
+        mixed_label="mixed {n}+3",
     )
-    obs = [
-        Observation("prefill", n, 0, 0, OVERHEAD + truth.step_ms(n, 0, 0), f"prefill {n}")
-        for n in (16, 32, 63, 125, 248, 492, 977, 1938)
-    ]
-    for prompt in (32, 969):
-        for batch in (1, 2, 4):
-            context = batch * (prompt + 12)
-            ms = truth.step_ms(0, batch, context)
-            obs.append(Observation("decode", 0, batch, context, ms, f"decode {batch}x{prompt}"))
-    for n in (244, 488, 976):
-        obs.append(Observation("mixed", n, 3, 190, truth.step_ms(n, 3, 190), f"mixed {n}+3"))
-    return obs
 
 
 @pytest.mark.parametrize("floor", [0.0, 5.0])

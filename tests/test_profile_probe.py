@@ -27,6 +27,7 @@ from reference_scheduler.server.app import build_app
 from reference_scheduler.server.config import parse_server_config
 from tests.cli import REPO, run_cli
 from tests.loopback import free_port, serve, serve_in_thread
+from tests.profile_design import exact_design
 
 # Large enough that a few ms of loop lateness are small against every term: prefill of 2,000
 # tokens is 508 ms, a decode step of 8 sequences at 1,000 tokens each 68 ms.
@@ -115,23 +116,16 @@ def test_fit_recovers_the_servers_profile(fitted: Path) -> None:
 
 
 def _synthetic(floor: float, overhead: float) -> list[Any]:
-    """The probe's design points as an exact server of TRUTH (and `floor`) would give them:
-    each prefill's TTFT with `overhead` in it, the decode and mixed steps without."""
-    from fairbench.targets.profile import Observation
-
-    truth = load_profile({"name": "t", **TRUTH, "floor": floor, "kv_cache_tokens": 1})
-    obs = [
-        Observation("prefill", n, 0, 0, overhead + truth.step_ms(n, 0, 0), f"prefill {n}")
-        for n in (16, 31, 62, 123, 245, 487, 970, 1945)
-    ]
-    for prompt in (32, 1024):
-        for batch in (1, 2, 4, 8):
-            context = batch * (prompt + 12)
-            ms = truth.step_ms(0, batch, context)
-            obs.append(Observation("decode", 0, batch, context, ms, f"decode {batch}x{prompt}"))
-    for n in (256, 512, 1024):
-        obs.append(Observation("mixed", n, 4, 229, truth.step_ms(n, 4, 229), f"mixed {n}"))
-    return obs
+    """The probe's design points as an exact server of TRUTH (and `floor`) would give them."""
+    return exact_design(
+        TRUTH,
+        floor=floor,
+        overhead=overhead,
+        prefills=(16, 31, 62, 123, 245, 487, 970, 1945),
+        decode_prompts=(32, 1024),
+        decode_batches=(1, 2, 4, 8),
+        mixed=((256, 512, 1024), 4, 229),
+    )
 
 
 @pytest.mark.parametrize("floor", [0.0, 30.0])
