@@ -248,7 +248,6 @@ def record_columns(
     plan: Plan,
     timeout_ns: int | None = None,
     stop_ns: int | None = None,
-    release_jobs: bool = False,
 ) -> dict[str, tuple[Any, np.ndarray | None]]:
     """`records_from`'s records as columns: name -> (values, null mask or None), values an
     int64/float64 array or a list of str/None, rows in the jobs' order; a column left out is
@@ -256,11 +255,7 @@ def record_columns(
     column from the jobs, with no Python object per record: at fleet size the per-record dicts
     were about 1 KB each, 2 GB of the run's peak for 1.9M requests (issue 35). The rule is
     `records_from`'s, value for value (tests/test_sim_record_columns.py holds the two equal);
-    the rare jobs cut off mid-stream (timeout, cancelled) go through its per-job code.
-    `release_jobs` empties `result.jobs` once everything is read from them (the caller's last
-    use), meant to let the jobs (about 0.5 KB each) go before the columns are derived. Measured
-    (fleet-80, 10 min): the peak did not fall (2,173 MB at the records either way), so the
-    jobs are still held elsewhere until the result is dropped; not yet found (issue 35)."""
+    the rare jobs cut off mid-stream (timeout, cancelled) go through its per-job code."""
     jobs, n = result.jobs, len(result.jobs)
     never = 1 << 62
     stop = never if stop_ns is None else stop_ns
@@ -315,8 +310,6 @@ def record_columns(
     left_status = {i: status_of[i] for i in np.flatnonzero(left).tolist()}
     tenants, classes = [j.tenant for j in jobs], [j.slo_class for j in jobs]
     del status_of, jobs
-    if release_jobs:  # nothing below reads a job
-        result.jobs.clear()
     ints: dict[str, np.ndarray] = {}
     nulls: dict[str, np.ndarray] = {}
 
