@@ -65,7 +65,7 @@ import contextlib
 import os
 import subprocess
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -180,6 +180,8 @@ class LiveRuns:
     whole: Path
     log: str
     point: tuple[str, ...]  # the flood's rate, from the fastest first probe (`fastest`)
+    # per policy, each run's two probes (its engine right before it, and next after it)
+    brackets: dict[str, list[tuple[Path, Path]]] = field(default_factory=dict)
 
 
 def real_verdict(runs: dict[str, list[Path]]) -> Verdict:
@@ -276,13 +278,15 @@ def live_runs(
     # probe of that engine (the two engines differ: in one test the FCFS engine's decode
     # constant came out 1.70-1.73 ms in every probe and the priority engine's 1.58-1.61, and
     # a run's twin on a probe of each was 4% fast for FCFS)
+    brackets: dict[str, list[tuple[Path, Path]]] = {p: [] for p in POLICIES}
     for policy in POLICIES:
         for k, at in enumerate(before[policy], 1):
             after = next(i for i in range(at + 1, len(probes)) if probed[i] == policy)
             parts = [probes[at], probes[after]]
+            brackets[policy].append((probes[at], probes[after]))
             around[policy].append(merge(parts, work / f"around-{policy}-{k}.yaml"))
     whole = merge(probes, work / "whole.yaml")
-    return LiveRuns(runs, around, whole, "".join(log), point)
+    return LiveRuns(runs, around, whole, "".join(log), point, brackets)
 
 
 def sim_scenario(work: Path, policy: str, profile: Path, name: str) -> Path:
@@ -312,7 +316,7 @@ def sim_scenario(work: Path, policy: str, profile: Path, name: str) -> Path:
 POOLED = ("front_end_core_ms", "idle_wake_ms")
 
 
-def twin_profile(around: Path, whole: Path) -> Path:
+def twin_profile(around: Path, whole: Path, name: str | None = None) -> Path:
     """A run's twin's profile: the step costs of the probes around it (`around`: the core's
     speed drifts from minute to minute), the per-request charges (POOLED) of every probe of the
     test (`whole`). Why: each probe measures the front end's charge and the idle wake to about
@@ -329,7 +333,7 @@ def twin_profile(around: Path, whole: Path) -> Path:
     for key in POOLED:
         doc[key] = pooled.get(key, 0.0)
     doc.setdefault("fit", {})["pooled_from"] = {"profile": whole.name, "fields": list(POOLED)}
-    out = around.with_name(around.name.replace("around-", "twin-"))
+    out = around.with_name(name or around.name.replace("around-", "twin-"))
     out.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
     return out
 
@@ -353,3 +357,28 @@ def sim_runs(work: Path, live: LiveRuns, cli: Cli) -> tuple[dict[str, list[Path]
     }
     ab = {policy: simulate(policy, live.whole, work / f"sim-{policy}") for policy in POLICIES}
     return twins, ab
+
+
+def edge_runs(work: Path, live: LiveRuns, cli: Cli) -> dict[str, list[tuple[Path, Path]]]:
+    """Each live run simulated on each of its two probes alone (with the test's pooled charges):
+    the engine's speed as measured right before the run and right after it. Their figures
+    bracket what the probes can say of the engine during the run: when the core slowed or sped
+    up between the two, a twin on their merge can be no closer to the run than that span."""
+
+    def simulate(policy: str, probe: Path, name: str) -> Path:
+        profile = twin_profile(probe, live.whole, name=f"{name}.profile.yaml")
+        scenario = sim_scenario(work, policy, profile, name)
+        out = work / name
+        checked(cli, "run", str(scenario), "--out", str(out), "--quiet", *live.point, *RELAX)
+        return out
+
+    return {
+        policy: [
+            (
+                simulate(policy, first, f"edge-{policy}-{k}-before"),
+                simulate(policy, last, f"edge-{policy}-{k}-after"),
+            )
+            for k, (first, last) in enumerate(live.brackets[policy], 1)
+        ]
+        for policy in POLICIES
+    }
