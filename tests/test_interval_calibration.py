@@ -291,3 +291,24 @@ def test_a_bursty_run_s_p90_interval_covers_the_long_run_p90(tmp_path: Path) -> 
     outcome = run_scenario(parse_scenario(data), RunOptions(out=tmp_path, progress=False))
     entry = outcome.summary["metrics"]["overall"]["ttft_p90"]
     assert entry["ci_low"] is not None and entry["ci_low"] < 66.2 < entry["ci_high"], entry
+
+
+def test_a_cell_is_judged_by_its_coverage_s_own_clopper_pearson_interval() -> None:
+    """benchmarks/bench_calibration.py judges each cell by the 95% Clopper–Pearson interval of
+    its coverage against [93%, 97%], so the suite fails on under-coverage it can show and not on
+    the luck of the draws: 60 of 60 (interval 94.0–100%) and 974 of 1,000 (96.2–98.3%) are in
+    goal; 981 of 1,000 (97.0–98.9%) is above (conservative); 850 of 1,000 is below; 19 given
+    are not judged (their interval spans 82–100%)."""
+    from benchmarks.bench_calibration import coverage_interval, judge
+
+    low, high = coverage_interval(974, 1000)
+    assert low == pytest.approx(0.96213, abs=1e-4) and high == pytest.approx(0.98295, abs=1e-4)
+    assert judge(60, 60) == "in goal"
+    assert judge(974, 1000) == "in goal"
+    assert judge(270, 300) == "in goal"  # 90.0%, but 300 draws cannot rule out 93%
+    assert judge(981, 1000) == "above"
+    assert judge(997, 1000) == "above"
+    assert judge(850, 1000) == "below"
+    assert judge(255, 300) == "below"  # 85.0% of 300: 80.5–88.8%
+    assert judge(19, 19) == "not judged" and judge(0, 0) == "not judged"
+    assert all(math.isnan(v) for v in coverage_interval(0, 0))
