@@ -30,7 +30,8 @@ failed.
     python benchmarks/bench_calibration.py            # the full table, ~10 min on 2 cores
     python benchmarks/bench_calibration.py --quick    # fewer replications, ~2 min
     python benchmarks/bench_calibration.py --fairness-only --seeds 40   # the fairness queue alone
-    python benchmarks/bench_calibration.py --sim-only     # every simulator row, ~10 min
+    python benchmarks/bench_calibration.py --sim-only --seeds 60   # simulator rows, ~7 min
+    python benchmarks/bench_calibration.py --no-sim --reps 300   # the synthetic rows, ~1 min
     python benchmarks/bench_calibration.py --only lognormal:50:p99,drift-ar1-0.5:20000 --reps 1000
     python benchmarks/bench_calibration.py --markdown fairbench/analysis/calibration_table.md
 """
@@ -378,7 +379,8 @@ def main() -> None:
         "--markdown",
         type=Path,
         default=None,
-        help="also write the table as Markdown (docs/metrics.md quotes "
+        help="also write the table as Markdown; rows already in that file (same columns) are "
+        "replaced where measured now and kept otherwise (docs/metrics.md quotes "
         "fairbench/analysis/calibration_table.md; then `fairbench metrics --markdown`)",
     )
     args = parser.parse_args()
