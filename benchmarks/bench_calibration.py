@@ -20,12 +20,18 @@ kind the summary prints against a known truth, at the sizes users have:
 
 The goal is every coverage in [93%, 97%] where an interval is given, and the table also says how
 often an interval is one-sided (n cannot bound the tail) or declined (the run is too short for
-its own correlation). A missed goal is printed as FAIL; the script exits 1 if any cell misses.
+its own correlation). A coverage measured on a few hundred replications is itself uncertain, so
+each cell is judged by its own 95% Clopper–Pearson interval (`judge`): `in goal` when that
+interval meets [93%, 97%], `above` or `below` when it lies wholly outside, `not judged` under 20
+given. `below` breaks the promise (the intervals are narrower than they claim): it is printed as
+FAIL and the script exits 1. `above` is conservative (wider than needed) and is listed, not
+failed.
 
     python benchmarks/bench_calibration.py            # the full table, ~10 min on 2 cores
     python benchmarks/bench_calibration.py --quick    # fewer replications, ~2 min
     python benchmarks/bench_calibration.py --fairness-only --seeds 40   # the fairness queue alone
-    python benchmarks/bench_calibration.py --sim-only     # every simulator row, ~10 min
+    python benchmarks/bench_calibration.py --sim-only --seeds 60   # simulator rows, ~7 min
+    python benchmarks/bench_calibration.py --no-sim --reps 300   # the synthetic rows, ~1 min
     python benchmarks/bench_calibration.py --only lognormal:50:p99,drift-ar1-0.5:20000 --reps 1000
     python benchmarks/bench_calibration.py --markdown fairbench/analysis/calibration_table.md
 """
@@ -49,6 +55,7 @@ from _common import console, finish, show, verdict
 
 from fairbench.analysis import calibration as cal
 
+MIN_JUDGED = 20  # fewer given intervals cannot tell 95% from 80% (Clopper–Pearson ±10 points)
 REPO = Path(__file__).resolve().parents[1]
 SCENARIO = REPO / "scenarios" / "calibration" / "queue.yaml"
 FAIRNESS = REPO / "scenarios" / "calibration" / "fairness.yaml"
@@ -310,6 +317,33 @@ def fairness(seeds: int, policies: list[str], duration_s: int) -> list[cal.Cover
     return out
 
 
+def coverage_interval(covered: int, given: int, confidence: float = 0.95) -> tuple[float, float]:
+    """The Clopper–Pearson (exact binomial) interval of a coverage measured as covered / given.
+    Why: a coverage read off 300 replications is ±2.5 points at 95%, so a cell at 97.4% of 300
+    can be an honest 95% interval and one at 97.4% of 1,000 cannot; the verdict reads this,
+    not the point (NaN where nothing was given)."""
+    if given <= 0:
+        return math.nan, math.nan
+    from scipy import stats as sps
+
+    ci = sps.binomtest(covered, given).proportion_ci(confidence, method="exact")
+    return float(ci.low), float(ci.high)
+
+
+def judge(covered: int, given: int, goal: tuple[float, float] = GOAL) -> str:
+    """A cell's verdict: `in goal` when its coverage's own 95% interval meets `goal`, `above`
+    (conservative: wider than needed) or `below` (the promise broken) when it lies wholly
+    outside, `not judged` under MIN_JUDGED given intervals."""
+    if given < MIN_JUDGED:
+        return "not judged"
+    low, high = coverage_interval(covered, given)
+    if high < goal[0]:
+        return "below"
+    if low > goal[1]:
+        return "above"
+    return "in goal"
+
+
 def _figure(q: float) -> str:
     return "figure" if q == 0 else f"p{q * 100:g}"
 
@@ -345,7 +379,8 @@ def main() -> None:
         "--markdown",
         type=Path,
         default=None,
-        help="also write the table as Markdown (docs/metrics.md quotes "
+        help="also write the table as Markdown; rows already in that file (same columns) are "
+        "replaced where measured now and kept otherwise (docs/metrics.md quotes "
         "fairbench/analysis/calibration_table.md; then `fairbench metrics --markdown`)",
     )
     args = parser.parse_args()
@@ -358,34 +393,75 @@ def main() -> None:
     if not args.no_sim and not args.fairness_only and only is None:
         rows += simulated(args.seeds, [7.0, 9.0], 120 if args.quick else 300)
         rows += fairness(args.seeds, ["fifo", "vtc"], 300)
-    table = [
-        [
-            r.case,
-            f"{r.n:,}" if r.n else "-",
-            _figure(r.q),
-            str(r.reps),
-            "-" if math.isnan(r.rate) else f"{r.rate:.1%}",
-            f"{r.two_sided / r.reps:.0%}",
-            f"{r.one_sided / r.reps:.0%}",
-            f"{r.declined / r.reps:.0%}",
-        ]
-        for r in rows
-    ]
+    table = [_cells(r) for r in rows]
     show(
-        "coverage of 95% intervals (given = two-sided + one-sided)",
-        ["case", "n", "quantile", "reps", "coverage", "two-sided", "one-sided", "declined"],
+        "coverage of 95% intervals (given = two-sided + one-sided; verdict on the coverage's own "
+        "95% Clopper–Pearson interval against [93%, 97%])",
+        COLUMNS,
         table,
     )
     if args.markdown is not None:
-        head = (
-            "| case | n | quantile | replications | coverage | two-sided | one-sided | declined |"
-        )
-        lines = [head, "|" + "---|" * 8, *("| " + " | ".join(r) + " |" for r in table)]
-        args.markdown.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        _write_markdown(args.markdown, table)
+    above = []
     for r in rows:
-        if r.given >= 20:
-            verdict(GOAL[0] <= r.rate <= GOAL[1], f"{r.case} n={r.n} {_figure(r.q)}: {r.rate:.1%}")
+        said = judge(r.covered, r.given)
+        text = f"{r.case} n={r.n} {_figure(r.q)}: {r.rate:.1%} of {r.given}"
+        if said == "above":
+            above.append(text)
+        elif said != "not judged":
+            verdict(said == "in goal", f"{text} ({said})")
+    for text in above:
+        console.print(f"[yellow]ABOVE[/] (conservative: wider than needed): {text}")
     finish()
+
+
+COLUMNS = [
+    "case",
+    "n",
+    "quantile",
+    "reps",
+    "given",
+    "coverage",
+    "95% CI",
+    "verdict",
+    "two-sided",
+    "one-sided",
+    "declined",
+]
+
+
+def _cells(r: cal.Coverage) -> list[str]:
+    low, high = coverage_interval(r.covered, r.given)
+    return [
+        r.case,
+        f"{r.n:,}" if r.n else "-",
+        _figure(r.q),
+        str(r.reps),
+        str(r.given),
+        "-" if math.isnan(r.rate) else f"{r.rate:.1%}",
+        "-" if math.isnan(low) else f"{low:.1%}–{high:.1%}",
+        judge(r.covered, r.given),
+        f"{r.two_sided / r.reps:.0%}",
+        f"{r.one_sided / r.reps:.0%}",
+        f"{r.declined / r.reps:.0%}",
+    ]
+
+
+def _write_markdown(path: Path, table: list[list[str]]) -> None:
+    """Write the table as Markdown; where `path` already holds a table of these columns, the
+    rows measured now replace theirs (case, n, quantile) in place and the others stay, so one
+    table is built from several runs (`--only … --reps 1000` on top of `--reps 300`)."""
+    head = "| " + " | ".join(COLUMNS) + " |"
+    rows = {tuple(r[:3]): r for r in table}
+    kept: list[list[str]] = []
+    old = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    if old and old[0] == head:
+        for line in old[2:]:
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            kept.append(rows.pop(tuple(cells[:3]), cells))
+    kept += rows.values()
+    lines = [head, "|" + "---|" * len(COLUMNS), *("| " + " | ".join(r) + " |" for r in kept)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -402,10 +402,12 @@ def _exact_ranks_on(n: int, q: float, tail: float, a: int, b: int) -> tuple[floa
 
 
 def _dependent_ranks(n: int, q: float, dep: Dependence, tail: float) -> tuple[float, float]:
+    """n·q + ½ ∓ t·√(n·q(1−q)·τ): C = #{X ≤ ξ} is a count, so P(C ≥ l) and P(C ≤ u − 1) take
+    the continuity correction (without it AR(1) φ = 0.5 p99, n = 1,000, covered 98.1%)."""
     crit = float(sps.t.ppf(1 - tail, dep.degrees))
     half = crit * math.sqrt(n * q * (1 - q) * dep.factor)
-    centre = n * q
-    upper = centre + half + 1.0
+    centre = n * q + 0.5
+    upper = centre + half
     return max(centre - half, 0.0), (upper if upper <= n else math.inf)
 
 
@@ -440,8 +442,9 @@ def percentile_interval(
     if not math.isfinite(hi_rank):  # one-sided: the lower bound at the full confidence
         lo_rank, _ = ranks(alpha)
         reason = (
-            f"upper end unbounded: n = {n} cannot bound p{_pct(q)} from above at "
-            f"{confidence:.0%} (needs n ≥ {needed_n(q, confidence, dep if dependent else IID)})"
+            f"upper end unbounded, the lower end a one-sided {confidence:.0%} bound: n = {n} "
+            f"cannot bound p{_pct(q)} from above at {confidence:.0%} "
+            f"(needs n ≥ {needed_n(q, confidence, dep if dependent else IID)})"
         )
     low = floor if lo_rank < 1 else _at_rank(sorted_x, lo_rank)
     high = math.inf if not math.isfinite(hi_rank) else _at_rank(sorted_x, hi_rank)
@@ -504,7 +507,8 @@ def km_interval(
         math.inf,
         confidence,
         method,
-        f"upper end unbounded: too few requests finished beyond p{_pct(q)}",
+        f"upper end unbounded, the lower end a one-sided {confidence:.0%} bound: too few "
+        f"requests finished beyond p{_pct(q)}",
     )
 
 

@@ -6,6 +6,22 @@ from importlib import resources
 
 from fairbench.analysis.definitions import METRICS
 
+SIM_NOTE = (
+    "Every simulator cell with 20 or more given is in goal. At a tie (two tenants alike: the "
+    "7/s, 9/s and FIFO slowdown rows) the slowdown figures cover by construction, near 100%, "
+    "and so does isolation (the two arms replay the same arrivals but are taken as "
+    "independent); these, and p50 at 7/s (60 of 60), read 100% and are in goal because 60 "
+    "seeds cannot tell 100% from 97% (94.0–100%). p90 at 9/s (93.3%) came into goal when the t "
+    "degrees of freedom were capped by what the tail's exceedance bursts support "
+    "(`cluster_df`); half the misses left are quiet runs (τ 4–12 where others measure 25–50) "
+    "that no statistic of the run itself can tell apart: only independent replications can. "
+    "The continuity correction below moved the drift at 7/s from 100% of 26 given to 96.8% of "
+    "31 and isolation of tenant a at 9/s from 97.4% to 94.9% (same 60 seeds), and no cell "
+    "below 93%. Near capacity the FIFO and VTC figures are mostly declined (not judged): the "
+    "slowdown figures under VTC in every run (1.0–4.8 effective episodes), where the time-batch "
+    "jackknife covered 70–77%."
+)
+
 INTERVALS = [
     "## Intervals, and how often they cover the truth",
     "",
@@ -15,11 +31,14 @@ INTERVALS = [
     "",
     "- **Percentiles**: order statistics whose ranks come from the binomial distribution, exact "
     "for any continuous distribution and interpolated between ranks; **one-sided** `[x, ∞)` "
-    "when n cannot bound the tail from above (a 95% p99 needs n ≥ 368), with the n that would.",
+    "when n cannot bound the tail from above (a 95% p99 needs n ≥ 368), with the n that would: "
+    "its lower end is then a one-sided 95% bound (the whole 5% below it, where a two-sided "
+    "interval puts 2.5%), and `ci_reason` says so.",
     "- **Serial correlation**: requests of one queue are not independent. The long-run variance "
     "of the percentile's indicator is estimated by batch means (10–30 batches, each at least two "
     "Politis–White block lengths, computed as `arch` does); where it is significant the ranks "
-    "widen by it, with "
+    "widen by it, n·q + ½ ± t·√(n·q(1 − q)·τ) (the ½ a continuity correction: the count below "
+    "the quantile is an integer), with "
     "Student t on the batch means' effective degrees of freedom (fewer than B − 1 when a "
     "tail's batch means are mostly 0 with a few bursts). A run with fewer than 10 such "
     "batches, or whose tail is exceeded in fewer than 5 independent bursts (Ferro–Segers "
@@ -29,7 +48,11 @@ INTERVALS = [
     "so is one with more requests unfinished than the tail beyond it (more than 1% for a "
     "p99), whatever the unfinished would have taken: Kaplan–Meier's value there rests on "
     "its assumption that a request cut early fares like those still running, which an "
-    "overloaded queue cut at its end breaks.",
+    "overloaded queue cut at its end breaks. Such a bound's interval is `[T_(l), ∞)`, T_(l) "
+    "the time seen (finished or not) at the one-sided 95% binomial rank, lowered for serial "
+    "correlation or declined where the run is too short for it: the value itself bounds only "
+    "the run's own percentile (12 of 1,000 i.i.d. requests unfinished: `[value, ∞)` covered "
+    "the true p99 in 58.5% of 400 samples, `[T_(l), ∞)` in 94.2%).",
     "- **Shares** (SLO attainment, rejected, unfinished, starved): Wilson on n / τ.",
     "- **Drift**: log ratio of the last and first windows' percentiles, each window's standard "
     "error from its own interval; the p-value (`trend_p`) is the same statistic's, so the test "
@@ -49,22 +72,31 @@ INTERVALS = [
     "Pareto(2.5), exp of Gaussian AR(1); simulator: 60 seeds of "
     "`scenarios/calibration/queue.yaml` and of `scenarios/calibration/fairness.yaml` against "
     "the value pooled over the 60 runs; isolation's solo side pooled from each tenant run "
-    "alone). A `figure` row is a fairness figure's interval. Goal: "
-    "[93%, 97%] wherever an interval is given; a cell with fewer than 20 given intervals is "
-    "shown, not judged. Replications: the binomial error of a 95% coverage is ±0.7 points at "
-    "1,000, ±1.3 at 300, ±2.8 at 60. This table: `--reps 300` for the synthetic rows, the "
-    "cells that read above 97% there rerun with `--only … --reps 1000`, and `--sim-only "
-    "--seeds 60` for the simulator rows. At a tie (two tenants alike: the 7/s, 9/s and FIFO "
-    "slowdown rows) the slowdown figures cover by construction, near 100%. p90 at 9/s came "
-    "into goal (91.7% → 93.3% of 60 seeds; 92.0% → 93.5% of 200) when the t degrees of freedom "
-    "were capped by what the tail's exceedance bursts support (`cluster_df`); half the misses "
-    "left are quiet runs (τ 4–12 where others measure 25–50) that no statistic of the run "
-    "itself can tell apart: only independent replications can. Above goal: p50 at 7/s (100%), "
-    "drift at 7/s (100% of 26 given), isolation (the two arms replay the same arrivals but are "
-    "taken as independent), AR(1) φ = 0.5 at n = 1,000 (p90 97.4%, p99 98.1%) and its drift at "
-    "n = 5,000 (98.5%), and p99 at φ = 0.9, n = 1,000 (99.7% of the 36% given, all "
-    "one-sided). The slowdown figures under VTC near capacity are declined in every run "
-    "(1.0–4.8 effective episodes), where the time-batch jackknife covered 70–77%.",
+    "alone). A `figure` row is a fairness figure's interval. Goal: [93%, 97%] wherever an "
+    "interval is given. A coverage read off a few hundred replications is itself uncertain "
+    "(±0.7 points at 1,000, ±1.3 at 300, ±2.8 at 60), so each cell is judged by its coverage's "
+    "own 95% Clopper–Pearson interval (`95% CI`): **in goal** when that interval meets "
+    "[93%, 97%], **above** or **below** when it lies wholly outside, **not judged** under 20 "
+    "given. The benchmark prints FAIL and exits 1 on any `below` (intervals narrower than they "
+    "claim: the promise broken); `above` is conservative, wider than needed, and is listed, "
+    "not failed. This table: `--no-sim --reps 300` for the synthetic rows; the cells that read "
+    "above 97% there, every AR(1) cell at n = 1,000 and the AR(1) drift rerun with `--only … "
+    "--reps 1000` (the rows of 1000 replications); `--sim-only --seeds 60` for the simulator "
+    "and fairness rows.",
+    "",
+    SIM_NOTE,
+    "",
+    "Above goal: p99 of AR(1) φ = 0.9 at n = 1,000 (99.7% of the 355 given, all one-sided). "
+    "Its lower end is a one-sided 95% bound and is not too low: given to every one of 400 "
+    "samples it covered 95.5%. The 36% given are the samples whose ten exceedances come in at "
+    "least 5 independent bursts, those without a large excursion (their p99 lies above the "
+    "truth in 28%, against 45% of those declined): the decline rule selects the conservative "
+    "ones, and only a longer series (n = 10,000: 96.6%) fixes it. The widened ranks' continuity "
+    "correction brought AR(1) φ = 0.5 at n = 1,000 into goal (same seeds, 1,000 replications: "
+    "p99 98.1% → 97.1%, p90 97.4% → 97.1%; its drift at n = 5,000 98.5% → 96.8%, at 20,000 "
+    "97.5% → 96.5%); at 300 replications on the same seeds it moved the i.i.d. cells by at most "
+    "0.3 points and the other AR(1) cells by at most 0.7 (φ = 0.5, n = 10,000, p99: 96.0% → "
+    "95.3% of 150).",
     "",
     *resources.files("fairbench.analysis")
     .joinpath("calibration_table.md")
