@@ -21,6 +21,7 @@ class Cols:
     """Per-request columns of one run (its measurement window) as numpy arrays."""
 
     __slots__ = (
+        "_estimates",
         "_memo",
         "admitted",
         "cls",
@@ -52,6 +53,9 @@ class Cols:
 
     def __init__(self, **arrays: Any) -> None:
         self._memo: dict[tuple[str, int], Any] = {}  # observations, and figures built on them
+        # percentile estimates, kept past `forget` (a few floats each): the summary's intervals
+        # and its `metrics` block ask for the same group's same percentile (issue 35)
+        self._estimates: dict[tuple[str, int, float], censored.QuantileEstimate] = {}
         for name, value in arrays.items():
             setattr(self, name, value)
 
@@ -117,7 +121,7 @@ class Cols:
             **{
                 name: getattr(self, name) if name in fixed else getattr(self, name)[idx]
                 for name in self.__slots__
-                if name != "_memo"
+                if name not in ("_memo", "_estimates")
             }
         )
 
@@ -125,16 +129,33 @@ class Cols:
         """Drop the cached observations (and their curves): bounded memory between stages."""
         self._memo.clear()
 
+    def estimate(self, which: str, mask: np.ndarray | None, q: float) -> censored.QuantileEstimate:
+        """The group's percentile `q` of one latency with its interval
+        (`censored.quantile_estimate` of `obs`), computed once per run: kept past `forget`, so
+        the `metrics` block reads the estimates the summary's `latency_ci_ms` made instead of
+        sorting and testing each group's latencies again (its dependence: two FFTs of the
+        whole group, 2 of the 9 CPU s of a 2-minute fleet run's summary, issue 35)."""
+        key = (which, _mask_key(mask), q)
+        found = self._estimates.get(key)
+        if found is None:
+            found = self._estimates[key] = censored.quantile_estimate(self.obs(which, mask), q)
+        return found
+
     def obs(self, which: str, mask: np.ndarray | None) -> censored.Observations:
         """The group's observations of one latency (`ttft`, `e2e`, `tpot`); the same object for
         the same group, so its Kaplan–Meier curve is computed once for every figure of it."""
-        key = (which, 0 if mask is None else hash(np.packbits(mask).tobytes()))
+        key = (which, _mask_key(mask))
         found = self._memo.get(key)
         if found is None:
             time, seen, eligible = (getattr(self, f"{which}_{s}") for s in ("t", "o", "x"))
             keep = eligible if mask is None else eligible & mask
             found = self._memo[key] = censored.Observations(time[keep], seen[keep], self.t[keep])
         return found
+
+
+def _mask_key(mask: np.ndarray | None) -> int:
+    """A group's key in the memos: 0 for every row, else the hash of its packed mask."""
+    return 0 if mask is None else hash(np.packbits(mask).tobytes())
 
 
 def _codes(values: pd.Series, names: Sequence[str]) -> np.ndarray:

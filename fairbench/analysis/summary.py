@@ -68,6 +68,9 @@ class _FromCols:
     def select(self, rows: np.ndarray | None = None) -> censored.Observations:
         return self.cols.obs(self.which, rows)
 
+    def estimate(self, rows: np.ndarray | None, q: float) -> censored.QuantileEstimate:
+        return self.cols.estimate(self.which, rows, q)
+
 
 def _latencies(
     df: pd.DataFrame, timeout_s: float | None, cols: Cols
@@ -333,6 +336,10 @@ def build_summary(
         "slo_classes": {},
     }
     summary["workloads"] = {}
+    # each group's curves go once its block and intervals are made (bounded memory); the
+    # estimates stay in `cols` for the metrics block (Cols.estimate)
+    summary["overall"]["latency_ci_ms"] = latency_cis(latencies, None) if len(df) else {}
+    cols.forget()
     window_s = max(10.0, min(60.0, window / 10)) if window > 0 else 10.0
     # the timeline first, while nothing else is held: it is the largest transient
     backlogged = backlogged_fairness(df, scn, start, end, window_s) if len(df) else {}
@@ -346,8 +353,7 @@ def build_summary(
             rows = values == name
             summary[key][name] = group_block(df, met, window, latencies, rows)
             summary[key][name]["latency_ci_ms"] = latency_cis(latencies, rows)
-    summary["overall"]["latency_ci_ms"] = latency_cis(latencies, None) if len(df) else {}
-    cols.forget()  # the groups' curves; metrics_block recomputes them one group at a time
+            cols.forget()
     summary["fairness"] = fairness_block(df, {t.id: t.weight for t in scn.tenants})
     timeline: dict[str, float | None] = {}
     if len(df):
