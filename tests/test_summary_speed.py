@@ -6,6 +6,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from fairbench.analysis import censored
@@ -71,3 +72,62 @@ def test_each_percentile_interval_is_computed_once(
             ci["ci_low"],
             ci["ci_high"],
         )
+
+
+def _shares_by_mask(df: Any, weights: dict[str, float], window_s: float) -> list[list[float]]:
+    """The report's service and fair shares per window as they were computed before issue 35:
+    every window a mask over every request per tenant (the definition the faster code keeps)."""
+    from fairbench.analysis import metrics as m
+
+    tenants = sorted(weights)
+    cost_all = m.service_tokens(df)
+    served = df[cost_all > 0]
+    start = (m.ttft_ns(served) + served["t_intended_ns"].to_numpy(np.float64)) / 1e9
+    last = served["t_done_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
+    last = (
+        np.where(
+            np.isnan(last), served["t_last_token_ns"].to_numpy(np.float64, na_value=np.nan), last
+        )
+        / 1e9
+    )
+    start = np.where(np.isnan(start), last, start)
+    end = np.maximum(last, start)
+    known = np.isfinite(start) & np.isfinite(end)
+    start, end = start[known], end[known]
+    cost, names = cost_all[cost_all > 0][known], served["tenant"].to_numpy()[known]
+    span = np.maximum(end - start, 1e-9)
+    arrive = df["t_intended_ns"].to_numpy(float) / 1e9
+    demand = df["prompt_tokens"].to_numpy(float) + 2 * df["max_tokens"].to_numpy(float)
+    who = df["tenant"].to_numpy()
+    rows = []
+    for lo in np.arange(float(arrive.min()), float(end.max()) + 1e-9, window_s):
+        hi = lo + window_s
+        overlap = np.clip(np.minimum(end, hi) - np.maximum(start, lo), 0, None) / span
+        instant = (end - start <= 0) & (start >= lo) & (start < hi)
+        inside = np.where(end - start <= 0, instant.astype(float), overlap)
+        got = np.array([(cost * inside)[names == t].sum() for t in tenants])
+        want = [demand[(who == t) & (arrive >= lo) & (arrive < hi)].sum() for t in tenants]
+        if got.sum() <= 0:
+            continue
+        fair = m.water_fill(np.maximum(np.array(want), got), np.ones(len(tenants)), got.sum())
+        rows.append([float(lo), *(got / got.sum()).tolist(), *(fair / got.sum()).tolist()])
+    return rows
+
+
+def test_report_shares_are_the_masked_sums_to_the_last_bit(tmp_path: Path) -> None:
+    """The report's service shares, per tenant apart instead of a mask per window, add the same
+    numbers in the same order: equal bit for bit to the masked definition."""
+    from fairbench.analysis.series import shares_over_time
+    from fairbench.run.records import read_records
+
+    outcome = run_scenario(small_sim(), RunOptions(out=tmp_path / "run"))
+    df = read_records(outcome.run_dir / "records.parquet")
+    weights = {"a": 1.0, "b": 1.0}
+    got = shares_over_time(df, weights, 2.0)
+    rows = [
+        [t, *(got["service"][x][k] for x in "ab"), *(got["fair"][x][k] for x in "ab")]
+        for k, t in enumerate(got["t"])
+    ]
+    assert rows and rows == _shares_by_mask(df, weights, 2.0)
+    shuffled = df.sample(frac=1.0, random_state=1)  # arrivals out of order: the masked path
+    assert shares_over_time(shuffled, weights, 2.0)["t"] == got["t"]
