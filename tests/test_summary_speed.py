@@ -131,3 +131,52 @@ def test_report_shares_are_the_masked_sums_to_the_last_bit(tmp_path: Path) -> No
     assert rows and rows == _shares_by_mask(df, weights, 2.0)
     shuffled = df.sample(frac=1.0, random_state=1)  # arrivals out of order: the masked path
     assert shares_over_time(shuffled, weights, 2.0)["t"] == got["t"]
+
+
+def test_a_simulated_run_never_imports_aiohttp_and_quiet_prints_the_run_directory(
+    tmp_path: Path,
+) -> None:
+    """`fairbench run --quiet` of a sim target, in one process: the live path's HTTP client
+    (aiohttp, about 0.3 s of imports) is never loaded, and stdout is the run directory alone
+    (no tables; a VALID run has no warning to print)."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    code = (
+        "import runpy, sys\n"
+        f"sys.argv = ['fairbench', 'run', 'scenarios/onoff.yaml', '--out', {str(out)!r}, "
+        "'--quiet']\n"
+        "try:\n"
+        "    runpy.run_module('fairbench.cli', run_name='__main__')\n"
+        "except SystemExit as done:\n"
+        "    assert not done.code, done.code\n"
+        "print('aiohttp' in sys.modules)\n"
+    )
+    repo = Path(__file__).resolve().parents[1]
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=repo, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines() == [f"run directory: {out}", "False"], proc.stdout
+
+
+def test_quiet_keeps_what_is_loud() -> None:
+    """INVALID with its reasons, warnings and a censored tail survive --quiet; the rest goes."""
+    from fairbench.report.terminal import loud_lines, verdict_lines
+
+    summary = json_of("tests/golden/run-vtc-overload.summary.json")
+    summary["valid"], summary["invalid_reasons"] = False, ["send lag p99 9 ms > 5 ms"]
+    summary["warnings"] = ["a warning"]
+    loud = loud_lines(summary)
+    assert loud[:2] == ["[bold red]INVALID[/]", "  [red]- send lag p99 9 ms > 5 ms[/]"]
+    assert "[yellow]warning: a warning[/]" in loud
+    assert any("TAIL CENSORED" in line for line in loud)  # vtc-overload's tail is censored
+    assert not any(line.startswith("accounting") for line in loud)
+    assert set(loud) < set(verdict_lines(summary))
+
+
+def json_of(path: str) -> dict[str, Any]:
+    import json
+
+    return json.loads((Path(__file__).resolve().parents[1] / path).read_text(encoding="utf-8"))
