@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from fairbench.analysis import censored
 from fairbench.analysis import metrics as m
@@ -95,9 +97,9 @@ class Cols:
             tpot_o=tpot.observed,
             tpot_x=tpot.eligible,
             met=m.slo_met(df, slos),
-            cls=_codes(df["slo_class"], classes),
-            tenant=_codes(df["tenant"], tenants),
-            workload=_codes(df["workload"], workloads),
+            cls=codes_of(df["slo_class"], classes),
+            tenant=codes_of(df["tenant"], tenants),
+            workload=codes_of(df["workload"], workloads),
             served=m.service_tokens(df),
             demand=df["prompt_tokens"].to_numpy(dtype=float)
             + 2.0 * df["max_tokens"].to_numpy(dtype=float),
@@ -158,8 +160,12 @@ def _mask_key(mask: np.ndarray | None) -> int:
     return 0 if mask is None else hash(np.packbits(mask).tobytes())
 
 
-def _codes(values: pd.Series, names: Sequence[str]) -> np.ndarray:
-    """Integer codes of the names (−1 for a value not among them), vectorised."""
+def codes_of(values: pd.Series, names: Sequence[str]) -> np.ndarray:
+    """Integer codes of the names (−1 for a value not among them or missing), vectorised: in
+    Arrow where the column is (no Python str per record: 0.4 s a column at 1.9M, issue 35)."""
+    if isinstance(values.dtype, pd.ArrowDtype) and pa.types.is_string(values.dtype.pyarrow_dtype):
+        found = pc.index_in(pa.array(values), value_set=pa.array(list(names), type=pa.string()))
+        return found.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
     codes = pd.Categorical(np.asarray(values, dtype=object), categories=list(names)).codes
     return codes.astype(np.int64)
 
@@ -171,4 +177,4 @@ def _per_class(
     table = np.array(
         [(slos.get(c) or {}).get("ttft") or np.nan for c in classes] + [np.nan], dtype=float
     )
-    return table[_codes(values, classes)]
+    return table[codes_of(values, classes)]

@@ -47,7 +47,7 @@ from fairbench.analysis.blocks import (
     starvation_block,
     unloaded_ns,
 )
-from fairbench.analysis.columns import Cols
+from fairbench.analysis.columns import Cols, codes_of
 from fairbench.analysis.fairness_ci import service_difference_interval
 from fairbench.analysis.isolation import isolation_detail
 from fairbench.analysis.registry import metrics_block
@@ -127,9 +127,8 @@ class _BlockColumns:
 
     @classmethod
     def of(cls, df: pd.DataFrame) -> _BlockColumns:
-        codes = pd.Categorical(np.asarray(df["status"], dtype=object), categories=STATUSES)
         return cls(
-            codes.codes.astype(np.int64),
+            codes_of(df["status"], STATUSES),
             df["queue_time_ns"].to_numpy(dtype=np.float64, na_value=np.nan),
             df["output_tokens"].to_numpy(dtype=np.float64),
         )
