@@ -207,3 +207,24 @@ def test_the_jobs_are_gone_before_the_record_columns_are_built(
     columns, _ = sim.run_sim(plan, scn, columns=True)
     assert built == [0]
     assert len(columns["request_id"][0]) == len(plan)
+
+
+@pytest.mark.parametrize(
+    "ids",
+    [[0, 1, 2, 3], [3, 0, 2, 1], [0, 1, 1, 3], [0, 2, 5, 7], [-1, 0, 1, 2], []],
+)
+def test_accounting_of_ids_in_order_is_np_unique_s(ids: list[int]) -> None:
+    """check_accounting skips np.unique for ids already in order and distinct (a simulated
+    run's): the same duplicates and missing counts as with it, whatever the ids."""
+    import pyarrow as pa
+
+    from fairbench.run.records import ARROW_SCHEMA, check_accounting
+
+    table = pa.Table.from_pylist(
+        [{"request_id": i, "status": "ok"} for i in ids], schema=ARROW_SCHEMA
+    )
+    got = check_accounting(4, table)
+    unique = np.unique(np.array(ids, dtype=np.int64))
+    assert got.duplicates == len(ids) - len(unique)
+    assert got.missing == 4 - int(np.count_nonzero((unique >= 0) & (unique < 4)))
+    assert got.counts["ok"] == len(ids)

@@ -285,7 +285,11 @@ class Accounting:
 def check_accounting(planned: int, rows: Records) -> Accounting:
     if isinstance(rows, pa.Table):  # by column: no per-record objects (issue 35)
         id_array = rows.column("request_id").to_numpy()
-        unique = np.unique(id_array)
+        if len(id_array) < 2 or bool((id_array[1:] > id_array[:-1]).all()):
+            unique = id_array  # in order and distinct (a simulated run's): np.unique's answer,
+            # without its hash table over 1.9M ids (1.8 s of a fleet run, issue 35)
+        else:
+            unique = np.unique(id_array)
         duplicates = len(id_array) - len(unique)
         missing = planned - int(np.count_nonzero((unique >= 0) & (unique < planned)))
         counted = pc.value_counts(rows.column("status")).to_pylist()  # not one str per row
