@@ -217,9 +217,14 @@ def latency_cis(latencies: Mapping[str, Any], rows: np.ndarray | None) -> dict[s
     definition (fairbench.analysis.censored): the point always lies inside its interval."""
     out: dict[str, Any] = {}
     for name in ("ttft", "tpot", "e2e"):
-        obs = latencies[name].select(rows)
+        source = latencies[name]
+        if hasattr(source, "estimate"):  # the run's columns: estimates kept for `metrics`
+            estimates = [source.estimate(rows, q) for q in (0.5, 0.9, 0.99)]
+        else:
+            obs = source.select(rows)
+            estimates = [censored.quantile_estimate(obs, q) for q in (0.5, 0.9, 0.99)]
         out[name] = {
-            f"p{int(q * 100)}": censored.quantile_estimate(obs, q).as_dict(scale=1e-6)
-            for q in (0.5, 0.9, 0.99)
+            f"p{int(q * 100)}": est.as_dict(scale=1e-6)
+            for q, est in zip((0.5, 0.9, 0.99), estimates, strict=True)
         }
     return out

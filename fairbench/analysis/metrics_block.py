@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 
-from fairbench.analysis import censored
 from fairbench.analysis.columns import Cols
 from fairbench.analysis.definitions import METRICS
 from fairbench.analysis.intervals import share_interval
@@ -19,11 +18,17 @@ from fairbench.analysis.metric import Metric
 
 def _entry(metric: Metric, c: Cols, mask: np.ndarray | None) -> dict[str, Any]:
     assert metric.compute is not None
-    value, bound = metric.compute(c, mask)
-    entry: dict[str, Any] = {"value": _clean(value * metric.scale), "lower_bound": bound}
+    est = None
     if metric.latency is not None:
+        # the estimate the summary's latency_ci_ms made of this group (Cols.estimate): its
+        # value and bound are metric.compute's, censored.quantile of the same observations
         which, q = metric.latency
-        est = censored.quantile_estimate(c.obs(which, mask), q)
+        est = c.estimate(which, mask, q)
+        value, bound = est.value, est.bound
+    else:
+        value, bound = metric.compute(c, mask)
+    entry: dict[str, Any] = {"value": _clean(value * metric.scale), "lower_bound": bound}
+    if est is not None:
         entry.update(est.as_dict(scale=metric.scale))
     elif metric.share_of is not None and metric.indicator is not None:
         pop = metric.share_of(c)

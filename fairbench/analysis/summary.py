@@ -28,6 +28,7 @@ Throughput divides by the window's length. A run marked INVALID stays INVALID in
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -46,7 +47,7 @@ from fairbench.analysis.blocks import (
     starvation_block,
     unloaded_ns,
 )
-from fairbench.analysis.columns import Cols
+from fairbench.analysis.columns import Cols, codes_of
 from fairbench.analysis.fairness_ci import service_difference_interval
 from fairbench.analysis.isolation import isolation_detail
 from fairbench.analysis.registry import metrics_block
@@ -67,6 +68,9 @@ class _FromCols:
 
     def select(self, rows: np.ndarray | None = None) -> censored.Observations:
         return self.cols.obs(self.which, rows)
+
+    def estimate(self, rows: np.ndarray | None, q: float) -> censored.QuantileEstimate:
+        return self.cols.estimate(self.which, rows, q)
 
 
 def _latencies(
@@ -110,31 +114,54 @@ def slo_table(scn: Scenario) -> dict[str, dict[str, float | None]]:
     }
 
 
+@dataclass(frozen=True)
+class _BlockColumns:
+    """The columns every group's block reads, converted once: status as its index in
+    `STATUSES` (−1 for another), queue time and output tokens as floats (NaN for none).
+    Converting them per group (an Arrow string column to Python strs, then five compares) was
+    6 of a fleet run's 52 summary seconds (issue 35)."""
+
+    status: np.ndarray
+    queue: np.ndarray
+    tokens: np.ndarray
+
+    @classmethod
+    def of(cls, df: pd.DataFrame) -> _BlockColumns:
+        return cls(
+            codes_of(df["status"], STATUSES),
+            df["queue_time_ns"].to_numpy(dtype=np.float64, na_value=np.nan),
+            df["output_tokens"].to_numpy(dtype=np.float64),
+        )
+
+
 def group_block(
-    df: pd.DataFrame,
+    df: pd.DataFrame | _BlockColumns,
     met: np.ndarray,
     window_s: float,
     latencies: Mapping[str, censored.RowObservations | _FromCols],
     rows: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """A group's block (`rows` of the window's records; all of them when None), read from
-    column arrays under a mask: no copy of the frame per group."""
-    sel = np.ones(len(df), dtype=bool) if rows is None else rows
-    status = df["status"].to_numpy()[sel]
+    column arrays under a mask: no copy of the frame per group. `df` may be the frame or its
+    `_BlockColumns`, converted once for every group."""
+    arrays = df if isinstance(df, _BlockColumns) else _BlockColumns.of(df)
+    sel = np.ones(len(arrays.status), dtype=bool) if rows is None else rows
+    status = arrays.status[sel]
     n = int(sel.sum())
-    counts = {s: int((status == s).sum()) for s in STATUSES}
-    ok = status == "ok"
+    found = np.bincount(status[status >= 0], minlength=len(STATUSES))
+    counts = {s: int(found[k]) for k, s in enumerate(STATUSES)}
+    ok = status == 0
     good_mask = met[sel]
     block: dict[str, Any] = {"requests": n, "counts": counts}
     block["latency_ms"] = {
         name: latency_percentiles(obs.select(rows)) for name, obs in latencies.items()
     }
-    queue = df["queue_time_ns"].to_numpy(dtype=np.float64, na_value=np.nan)[sel][ok]
+    queue = arrays.queue[sel][ok]
     queue = queue[np.isfinite(queue)]  # what the target reported, for requests that ended ok
     block["latency_ms"]["queue"] = latency_percentiles(
         censored.Observations(queue, np.ones(len(queue), dtype=bool))
     )
-    tokens = df["output_tokens"].to_numpy(dtype=np.float64)[sel]
+    tokens = arrays.tokens[sel]
     good = int(good_mask.sum())
     block["throughput"] = {
         "requests_per_s": int(ok.sum()) / window_s if window_s > 0 else None,
@@ -313,6 +340,7 @@ def build_summary(
     )
     met = cols.met
     latencies = _latencies(df, timeout_s, cols)
+    arrays = _BlockColumns.of(df)
     reasons = list(health.get("invalid_reasons", []))
     if not accounting.get("holds", False):
         reasons.append(f"accounting broken: {accounting.get('line')}")
@@ -328,11 +356,15 @@ def build_summary(
         "accounting": dict(accounting),
         "generator_health": dict(health),
         "completion": completion_block(df, scn.run.max_unfinished),
-        "overall": group_block(df, met, window, latencies),
+        "overall": group_block(arrays, met, window, latencies),
         "tenants": {},
         "slo_classes": {},
     }
     summary["workloads"] = {}
+    # each group's curves go once its block and intervals are made (bounded memory); the
+    # estimates stay in `cols` for the metrics block (Cols.estimate)
+    summary["overall"]["latency_ci_ms"] = latency_cis(latencies, None) if len(df) else {}
+    cols.forget()
     window_s = max(10.0, min(60.0, window / 10)) if window > 0 else 10.0
     # the timeline first, while nothing else is held: it is the largest transient
     backlogged = backlogged_fairness(df, scn, start, end, window_s) if len(df) else {}
@@ -341,13 +373,14 @@ def build_summary(
         ("slo_classes", "slo_class"),
         ("workloads", "workload"),
     ):
-        values = df[column].to_numpy()
-        for name in sorted(set(values)):
-            rows = values == name
-            summary[key][name] = group_block(df, met, window, latencies, rows)
+        # the groups as codes: one pass over the column, not a string compare per group
+        codes, uniques = pd.factorize(df[column])
+        index = {name: k for k, name in enumerate(uniques.tolist())}
+        for name in sorted(index):
+            rows = codes == index[name]
+            summary[key][name] = group_block(arrays, met, window, latencies, rows)
             summary[key][name]["latency_ci_ms"] = latency_cis(latencies, rows)
-    summary["overall"]["latency_ci_ms"] = latency_cis(latencies, None) if len(df) else {}
-    cols.forget()  # the groups' curves; metrics_block recomputes them one group at a time
+            cols.forget()
     summary["fairness"] = fairness_block(df, {t.id: t.weight for t in scn.tenants})
     timeline: dict[str, float | None] = {}
     if len(df):

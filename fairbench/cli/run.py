@@ -79,7 +79,14 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[
             bool, typer.Option("--json", help="print summary.json instead of the table")
         ] = False,
-        quiet: Annotated[bool, typer.Option("--quiet", help="no progress display")] = False,
+        quiet: Annotated[
+            bool,
+            typer.Option(
+                "--quiet",
+                help="no progress display and no tables: the run directory, and INVALID or a "
+                "warning where there is one",
+            ),
+        ] = False,
         ray: Annotated[
             str | None,
             typer.Option(
@@ -195,6 +202,12 @@ def register(app: typer.Typer) -> None:
                 raise typer.Exit(2) from None
         if as_json:
             sys.stdout.write(json.dumps(summary, indent=2, default=str) + "\n")
+        elif quiet:  # the run directory, and what makes its figures wrong (report.terminal)
+            from fairbench.report.terminal import loud_lines
+
+            for line in loud_lines(summary):
+                out.print(line, highlight=False)
+            out.print(f"run directory: {outcome.run_dir}", markup=False, highlight=False)
         else:
             from fairbench.report.headline import headline_table
             from fairbench.report.terminal import results_table, verdict_lines

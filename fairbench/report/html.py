@@ -70,9 +70,9 @@ class Colors:
         for scn in scenarios:
             tenants |= {str(t["id"]) for t in scn.get("tenants", [])}
             classes |= {str(c) for c in scn.get("slo_classes") or {}}
-        for df in records:
-            tenants |= set(df["tenant"])
-            classes |= set(df["slo_class"])
+        for df in records:  # the distinct names, not a Python str per record (issue 35)
+            tenants |= set(df["tenant"].unique())
+            classes |= set(df["slo_class"].unique())
         return cls.of(tenants, classes)
 
     def tenant(self, name: str) -> str:

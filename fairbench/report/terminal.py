@@ -108,6 +108,16 @@ def verdict_lines(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
+def loud_lines(summary: dict[str, Any]) -> list[str]:
+    """What `fairbench run --quiet` prints above the run directory (rich markup): only what
+    makes the figures wrong or misleading — INVALID with its reasons, a closed loop, the
+    target's warnings, a tail censored past the limit. A VALID run prints none: a sweep or a
+    script of many runs reads the run directory, not tables (issue 35)."""
+    lines = verdict_lines(summary)
+    loud = ("[bold red]INVALID", "  [red]- ", "[bold yellow]", "[yellow]warning: ")
+    return [line for line in lines if line.startswith(loud)]
+
+
 def verdict_table(comparison: Comparison, title: str, level: float, caption: str) -> Table:
     """A row per metric and group: A, B (≥ for a lower bound; the runs' spread with 2+ pairs),
     the change, its interval, the practical threshold the verdict used, and the verdict."""

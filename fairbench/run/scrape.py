@@ -19,12 +19,14 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import pyarrow as pa
 import pyarrow.parquet as pq
 from prometheus_client.parser import text_string_to_metric_families
+
+if TYPE_CHECKING:
+    import aiohttp
 
 
 def parse_prometheus(text: str, t_ns: int) -> list[dict[str, Any]]:
@@ -85,6 +87,8 @@ class Scraper:
         self._writing: asyncio.Future[None] | None = None
 
     async def scrape_once(self, session: aiohttp.ClientSession, t0_ns: int) -> None:
+        import aiohttp  # here, not at import: a simulated run never loads it (issue 35)
+
         try:
             async with session.get(self.url, timeout=aiohttp.ClientTimeout(total=5)) as resp:
                 text = await resp.text()
@@ -107,6 +111,8 @@ class Scraper:
             self._writer.write_table(pa.Table.from_pylist(rows, schema=SCHEMA))
 
     async def _loop(self, t0_ns: int) -> None:
+        import aiohttp
+
         async with aiohttp.ClientSession() as session:
             while True:
                 await self.scrape_once(session, t0_ns)
@@ -127,6 +133,8 @@ class Scraper:
             await asyncio.gather(self._task, return_exceptions=True)
         if self._writing is not None:
             await self._writing
+        import aiohttp
+
         async with aiohttp.ClientSession() as session:
             await self.scrape_once(session, t0_ns)
         self._write_group()

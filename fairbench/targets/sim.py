@@ -256,6 +256,15 @@ def record_columns(
     were about 1 KB each, 2 GB of the run's peak for 1.9M requests (issue 35). The rule is
     `records_from`'s, value for value (tests/test_sim_record_columns.py holds the two equal);
     the rare jobs cut off mid-stream (timeout, cancelled) go through its per-job code."""
+    return columns_of(job_fields(result, plan, timeout_ns, stop_ns), plan)
+
+
+def job_fields(
+    result: SimResult, plan: Plan, timeout_ns: int | None = None, stop_ns: int | None = None
+) -> dict[str, Any]:
+    """What `record_columns` reads of the jobs, as arrays (and the few cut-off jobs' token
+    times): once it is taken, the jobs can go before the columns are built (`run_sim` drops
+    them: at fleet size they are 960 MB, and the columns 600 MB more, issue 35)."""
     jobs, n = result.jobs, len(result.jobs)
     never = 1 << 62
     stop = never if stop_ns is None else stop_ns
@@ -310,6 +319,41 @@ def record_columns(
     left_status = {i: status_of[i] for i in np.flatnonzero(left).tolist()}
     tenants, classes = [j.tenant for j in jobs], [j.slo_class for j in jobs]
     del status_of, jobs
+    return {
+        "n": n,
+        "end_ns": result.end_ns,
+        "raw": raw,
+        "sent": sent,
+        "rejected": rejected,
+        "retry": retry,
+        "deadline": deadline,
+        "stop": stop,
+        "cut": cut,
+        "ok": ok,
+        "cut_short": cut_short,
+        "itl": itl,
+        "last": last,
+        "has_last": has_last,
+        "seen_at_cut": seen_at_cut,
+        "left_status": left_status,
+        "tenants": tenants,
+        "classes": classes,
+        "timeout_ns": timeout_ns,
+    }
+
+
+def columns_of(fields: dict[str, Any], plan: Plan) -> dict[str, tuple[Any, np.ndarray | None]]:
+    """`record_columns` from its `job_fields`, with no job left (the fields are consumed)."""
+    n, raw, sent, rejected = fields["n"], fields["raw"], fields["sent"], fields["rejected"]
+    deadline, stop, cut, ok = fields["deadline"], fields["stop"], fields["cut"], fields["ok"]
+    cut_short, itl, last, has_last = (
+        fields["cut_short"],
+        fields["itl"],
+        fields["last"],
+        fields["has_last"],
+    )
+    first, served, done = raw["first_token_ns"], raw["max_tokens"], raw["done_ns"]
+    timeout_ns = fields["timeout_ns"]
     ints: dict[str, np.ndarray] = {}
     nulls: dict[str, np.ndarray] = {}
 
@@ -323,7 +367,7 @@ def record_columns(
     ints["max_tokens"] = np.asarray(plan.columns["max_tokens"], dtype=np.int64)
     ints["worker"] = np.zeros(n, np.int64)
     waited, wait_since = raw.pop("backlog_ns"), raw.pop("wait_since_ns")
-    waited += np.where(wait_since >= 0, np.maximum(0, result.end_ns - wait_since), 0)
+    waited += np.where(wait_since >= 0, np.maximum(0, fields["end_ns"] - wait_since), 0)
     put("backlog_ns", waited, ~rejected)
     passed = raw.pop("passed_over_ns")
     put("passed_over_ns", passed - sent, ~rejected & (passed >= 0))
@@ -358,10 +402,10 @@ def record_columns(
         texts["status"][i] = "rejected" if c in (429, 503) else "error"
         texts["error_kind"][i] = kinds.get(c, "http_4xx")
         texts["error_detail"][i] = "rejected by the scheduler"
-    for i, status in left_status.items():
+    for i, status in fields["left_status"].items():
         texts["error_detail"][i] = f"left {status} by the simulation"
     timeout_s = (timeout_ns or 0) / 1e9
-    for i, seen in seen_at_cut.items():  # the client stopped waiting mid-stream
+    for i, seen in fields["seen_at_cut"].items():  # the client stopped waiting mid-stream
         timed_out = bool(deadline[i] <= stop)
         texts["status"][i] = "timeout" if timed_out else "cancelled"
         if timed_out:
@@ -379,9 +423,9 @@ def record_columns(
     columns: dict[str, tuple[Any, np.ndarray | None]] = {
         name: (values, nulls.get(name)) for name, values in ints.items()
     }
-    columns["retry_after_s"] = (np.where(rejected, retry, 0.0), ~rejected)
-    columns["tenant"] = (tenants, None)
-    columns["slo_class"] = (classes, None)
+    columns["retry_after_s"] = (np.where(rejected, fields["retry"], 0.0), ~rejected)
+    columns["tenant"] = (fields["tenants"], None)
+    columns["slo_class"] = (fields["classes"], None)
     columns["workload"] = (plan.names("workload"), None)
     columns["endpoint"] = (plan.names("endpoint"), None)
     for name, strings in texts.items():
@@ -443,7 +487,6 @@ def run_sim(
             stop_ns=stop_ns,
             progress=progress,
         )
-        rows: Any = (record_columns if columns else records_from)(result, plan, timeout_ns, stop_ns)
         info: dict[str, Any] = {
             "kind": "sim",
             "policy": str(config.spec.policy),
@@ -460,5 +503,11 @@ def run_sim(
             info["control_actions"] = {
                 f"{loop}/{act}": n for (loop, act), n in result.control.items()
             }
-        del result  # the jobs go before the collector is back: it would walk them all once
+        if columns:  # the jobs go once read, before the columns are built (job_fields)
+            fields = job_fields(result, plan, timeout_ns, stop_ns)
+            del result
+            rows: Any = columns_of(fields, plan)
+        else:
+            rows = records_from(result, plan, timeout_ns, stop_ns)
+            del result  # the jobs go before the collector is back: it would walk them all once
     return rows, info
