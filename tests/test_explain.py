@@ -2,9 +2,10 @@
 
 The runs are scenarios/incident-q1.yaml as shipped (20 minutes, ~28,600 requests), each cause
 switched on by the override its header documents, read from the file, so the test runs what the
-docs show. The scenario was tuned on seeds 1-3; explain is held to its ranking on seeds it was
-not tuned on (HELD_OUT), and to `within_noise` for two seeds of the baseline. Runtime: 12
-simulated runs and 14 explains: 57 s wall, 34 s CPU, at load 4-5 on two cores.
+docs show. explain was built on seeds 1-3; it is held to its ranking on seeds it was not built
+on (RANKED: 4-6 and 11-13), and to `within_noise` for two seeds of the baseline; the other
+checks use HELD_OUT (11-13). Runtime: 24 simulated runs and 23 explains, 87 s wall, 51 s
+CPU, at load 3 on two cores.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from fairbench.workload.loading import parse_scenario, read_yaml
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "scenarios" / "incident-q1.yaml"
 HELD_OUT = (11, 12, 13)
+RANKED = (4, 5, 6, *HELD_OUT)  # seeds explain was not built on
 CAUSES = ("priority_without_fairness", "kv_transfer_variance", "slo_mismatch")
 
 
@@ -79,7 +81,7 @@ def test_the_same_run_twice_has_no_shift() -> None:
     assert all(c["share"] == 0 for c in out["causes"] if c["name"] != "within_noise")
 
 
-@pytest.mark.parametrize("seed", HELD_OUT)
+@pytest.mark.parametrize("seed", RANKED)
 @pytest.mark.parametrize("cause", CAUSES)
 def test_each_cause_ranks_first_on_held_out_seeds(cause: str, seed: int) -> None:
     """Ranked first among the causes; the shift itself may read within_noise on a seed whose

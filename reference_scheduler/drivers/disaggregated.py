@@ -8,8 +8,9 @@ each instance runs its own scheduler, and llm-d, whose pods keep vLLM's; docs/in
 
 1. A request arrives at the prefill pool's queue and is prefilled there as a one-token request
    (vLLM's proxy sends the prefill instance `max_tokens: 1`; that token is not streamed).
-2. Its KV (prompt tokens × the profile's `kv_bytes_per_token`) crosses its prefill replica's link:
-   a FIFO queue with bandwidth, latency and jitter (scheduler/disaggregation.py, `KvLink`).
+2. Its KV (prompt tokens × the profile's `kv_bytes_per_token`, per GPU) crosses its prefill
+   replica's link (each GPU's NIC in parallel, so one GPU's shard at one NIC's bandwidth): a FIFO
+   queue with bandwidth, latency and jitter (scheduler/disaggregation.py, `KvLink`).
 3. Only when the KV has arrived does the request enter the decode pool's queue; a decode replica
    admits it when its policy picks it and a batch slot and KV blocks are free. The decode replica
    recomputes the prompt's last token (vLLM's connector loads all but it), which yields the

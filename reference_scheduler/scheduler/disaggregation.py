@@ -5,7 +5,7 @@
         prefill_replicas: 2
         decode_replicas: 2
         kv_transfer:
-          bandwidth: 50GB/s          # per prefill replica's link (RDMA NIC / NVLink)
+          bandwidth: 50GB/s          # per GPU's link (RDMA NIC), as kv_bytes_per_token is
           latency: 1ms               # fixed per transfer (connection set-up, the first byte)
           jitter: {dist: lognormal, median: 2ms, p99: 80ms}   # a stall added to each transfer
         decode_admission: pooled     # or reserve, kv_aware (DisaggregationSpec)
@@ -18,17 +18,22 @@ a FIFO queue on r's link (a Lindley recursion, which the tests check by hand):
     start_k = max(ready_k, free_r),   free_r = start_k + bytes_k / bandwidth,
     arrive_k = free_r + latency + jitter_k,   bytes_k = prompt_tokens_k × kv_bytes_per_token
 
-`profile.kv_bytes_per_token` is layers × KV heads × head dim × 2 (K and V) × dtype bytes, as the
-profiles state it. Only the bytes hold the link; the latency and the jitter are the transfer's
-own (a decode pod slow to pull, a retransmit, a stalled completion), so a slow transfer delays
-its own request and not the ones behind it — the incident's "light spots": a few requests' KV
+`profile.kv_bytes_per_token` is per GPU, as every profile states it: layers × KV heads × head dim ×
+2 (K and V) × dtype bytes ÷ the tensor-parallel degree (Llama-3-70B: 327,680 B for the model, 40,960
+B on each of TP8's GPUs), and `bandwidth` is per GPU too: each tensor-parallel rank holds its shard
+of the heads and sends it over its own NIC to its counterpart on the decode side, the ranks in
+parallel (NIXL and Mooncake move each rank's blocks; a DGX H100 has one 400 Gb/s NIC, 50 GB/s, per
+GPU), so a replica's transfer takes its shard's bytes ÷ one NIC's bandwidth (a 1k-token prompt on
+TP8: 40.96 MB ÷ 50 GB/s = 0.82 ms). Only the bytes hold the link; the latency and the jitter are the
+transfer's own (a decode pod slow to pull, a retransmit, a stalled completion), so a slow transfer
+delays its own request and not the ones behind it — the incident's "light spots": a few requests' KV
 late while the median is untouched. Jitter is any of the scenario's length distributions with
-durations as values (`constant`, `uniform`, `normal`, `lognormal` by median and p99,
-`exponential`), drawn from its own seeded stream so the same config gives the same transfers.
-`share` (0 to 1) makes it a rare stall: that share of transfers draws from the distribution and
-the rest get none (then `min`, if set), so a link can be quiet for 99.6% of requests and stall
-the others by hundreds of ms (`{dist: uniform, low: 150ms, high: 400ms, share: 0.004, min:
-1ms}`) — a tail no unimodal distribution gives without moving its median too.
+durations as values (`constant`, `uniform`, `normal`, `lognormal` by median and p99, `exponential`),
+drawn from its own seeded stream so the same config gives the same transfers. `share` (0 to 1) makes
+it a rare stall: that share of transfers draws from the distribution and the rest get none (then
+`min`, if set), so a link can be quiet for 99.6% of requests and stall the others by hundreds of ms
+(`{dist: uniform, low: 150ms, high: 400ms, share: 0.004, min: 1ms}`) — a tail no unimodal
+distribution gives without moving its median too.
 
 This module knows nothing of fairbench (reference_scheduler never imports it), so it reads its
 own units: bandwidth `B/s`, `KB/s`, `MB/s`, `GB/s` (decimal) or a number of bytes per second;
@@ -146,7 +151,7 @@ class JitterSpec(BaseModel):
 
 class KvTransferSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    bandwidth: float = Field(50e9, description="bytes per second per prefill replica's link")
+    bandwidth: float = Field(50e9, description="bytes per second of each GPU's link")
     latency: float = Field(0.001, description="seconds per transfer, not holding the link")
     jitter: JitterSpec | None = None
 
