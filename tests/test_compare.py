@@ -274,3 +274,19 @@ def test_too_few_requests_or_blocks_say_why_there_is_no_verdict() -> None:
     row = comparison.get("ttft_p99")
     assert row is not None and row.verdict == "cannot evaluate"
     assert "too few requests" in row.reason and f"≥ {MIN_PER_ARM}" in row.reason
+
+
+def test_the_verdict_tables_title_keeps_the_overrides_brackets() -> None:
+    """An override with a list value (`classes=[premium, interactive]`) is shown as typed: rich
+    reads `[...]` as markup, which printed `classes: ,` in `fairbench ab`'s title."""
+    from rich.console import Console
+
+    from fairbench.decide.compare import Comparison
+    from fairbench.report.terminal import verdict_table
+
+    title = "B (tiers=[premium, interactive]) vs A (scheduler.policy=fifo)"
+    console = Console(record=True, width=200)
+    console.print(verdict_table(Comparison(pairs=1), title, 0.95, "note [bold]x[/bold]"))
+    text = console.export_text()
+    assert "tiers=[premium, interactive]" in text
+    assert "note [bold]x[/bold]" in text

@@ -15,6 +15,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
+from rich.text import Text
 
 from fairbench.analysis import registry
 from fairbench.decide.objectives import front
@@ -121,7 +122,9 @@ def loud_lines(summary: dict[str, Any]) -> list[str]:
 def verdict_table(comparison: Comparison, title: str, level: float, caption: str) -> Table:
     """A row per metric and group: A, B (≥ for a lower bound; the runs' spread with 2+ pairs),
     the change, its interval, the practical threshold the verdict used, and the verdict."""
-    table = Table(title=title, caption=caption, title_justify="left")
+    # plain Text: the title and caption carry the user's overrides, whose brackets (a list
+    # value: `classes=[premium, interactive]`) rich would read as markup and drop
+    table = Table(title=Text(title), caption=Text(caption), title_justify="left")
     cols = ("metric", "A", "B", "change", f"{level * 100:g}% CI", "threshold", "p", "verdict")
     for col in cols:
         table.add_column(col, justify="left" if col in ("metric", "verdict") else "right")
