@@ -228,3 +228,22 @@ def test_accounting_of_ids_in_order_is_np_unique_s(ids: list[int]) -> None:
     assert got.duplicates == len(ids) - len(unique)
     assert got.missing == 4 - int(np.count_nonzero((unique >= 0) & (unique < 4)))
     assert got.counts["ok"] == len(ids)
+
+
+def test_the_report_reads_its_columns_of_any_schema(tmp_path: Path) -> None:
+    """The report reads only REPORT_COLUMNS, and of an older records file (no receive-delay
+    column: schema 2) those it has; its values are pd.read_parquet's."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from fairbench.report.run import REPORT_COLUMNS, report_records
+
+    rows = {name: [1, 2] for name in REPORT_COLUMNS if name not in ("tenant", "slo_class")}
+    rows.update(tenant=["a", "b"], slo_class=["x", "x"], status=["ok", "ok"], worker=[0, 0])
+    del rows["rx_delay_ns"]
+    path = tmp_path / "records.parquet"
+    pq.write_table(pa.table(rows), str(path))
+    got = report_records(path)
+    assert list(got.columns) == [c for c in REPORT_COLUMNS if c != "rx_delay_ns"]
+    pd.testing.assert_frame_equal(got, pd.read_parquet(path)[list(got.columns)])
