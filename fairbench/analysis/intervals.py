@@ -46,12 +46,10 @@ Kaplan–Meier analogue: Greenwood's variance of F (scaled by the same dependenc
 inverted at q (Brookmeyer–Crowley). An upper end that Greenwood cannot reach is unbounded, as
 above; a quantile that falls in censored mass is a lower bound, `[bound, ∞)`.
 
-**Shares** (SLO attainment, rejected share): Wilson's score interval on the effective sample
-size n / τ, τ = σ²∞ / (p(1 − p)) of the share's own indicator in time order.
+**Shares** (SLO attainment, rejected share): Wilson's score interval on n / τ, τ = σ²∞/(p(1−p)).
 
 Every result says its method, its confidence and, where it declines or is one-sided, why.
-Coverage is measured, not assumed: `benchmarks/bench_calibration.py` and
-`tests/test_interval_calibration.py`; the table is in docs/metrics.md.
+Coverage is measured (`benchmarks/bench_calibration.py`, `tests/test_interval_calibration.py`).
 """
 
 from __future__ import annotations
@@ -60,6 +58,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import fft as sfft
 from scipy import stats as sps
 
 MIN_BATCHES = 10  # fewer cannot estimate a long-run variance (Law & Kelton: 10–30)
@@ -209,15 +208,16 @@ def long_run_factor(indicator: np.ndarray, dep: Dependence) -> float:
 
 def normal_scores_acf(x_in_time_order: np.ndarray, max_lag: int) -> np.ndarray:
     """The autocorrelations r_1 … r_max_lag of a series' normal scores (ranks mapped through
-    Φ⁻¹, so a heavy tail does not dominate), by FFT: O(n log n)."""
+    Φ⁻¹, so a heavy tail does not dominate), by FFT: O(n log n), at a fast length (a 2n with a
+    large prime factor took 10–20× longer: 16.8 of a 10-minute fleet run's 35 summary CPU s)."""
     n = len(x_in_time_order)
     lag = max(0, min(max_lag, n - 1))
     if n < 2 or lag == 0:
         return np.zeros(0)
     z = sps.norm.ppf(sps.rankdata(x_in_time_order, method="average") / (n + 1))
-    z = z - z.mean()
-    f = np.fft.rfft(z, 2 * n)
-    acov = np.fft.irfft(f * np.conj(f))[: lag + 1]
+    size = sfft.next_fast_len(2 * n - 1, real=True)  # ≥ 2n − 1: no lag wraps around
+    f = sfft.rfft(z - z.mean(), size)
+    acov = sfft.irfft(f.real**2 + f.imag**2, size)[: lag + 1]
     return acov[1:] / acov[0] if acov[0] > 0 else np.zeros(lag)
 
 
