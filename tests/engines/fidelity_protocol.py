@@ -338,24 +338,29 @@ def twin_profile(around: Path, whole: Path, name: str | None = None) -> Path:
     return out
 
 
+def simulate(work: Path, live: LiveRuns, cli: Cli, policy: str, profile: Path, out: Path) -> Path:
+    """`policy` simulated on `profile` into `out`, with the live runs' overrides (the same plan)."""
+    scenario = sim_scenario(work, policy, profile, out.name)
+    checked(cli, "run", str(scenario), "--out", str(out), "--quiet", *live.point, *RELAX)
+    return out
+
+
 def sim_runs(work: Path, live: LiveRuns, cli: Cli) -> tuple[dict[str, list[Path]], dict[str, Path]]:
     """Each live run's simulated twin (its policy, on the profile probed around it with the
     test's pooled charges: `twin_profile`), and the simulated A/B: each policy on the whole
     test's profile. All with the live runs' overrides (so the same plan)."""
-
-    def simulate(policy: str, profile: Path, out: Path) -> Path:
-        scenario = sim_scenario(work, policy, profile, out.name)
-        checked(cli, "run", str(scenario), "--out", str(out), "--quiet", *live.point, *RELAX)
-        return out
-
     twins = {
         policy: [
-            simulate(policy, twin_profile(around, live.whole), work / f"sim-{policy}-{k}")
+            simulate(work, live, cli, policy, twin_profile(around, live.whole),
+                     work / f"sim-{policy}-{k}")
             for k, around in enumerate(live.around[policy], 1)
         ]
         for policy in POLICIES
+    }  # fmt: skip
+    ab = {
+        policy: simulate(work, live, cli, policy, live.whole, work / f"sim-{policy}")
+        for policy in POLICIES
     }
-    ab = {policy: simulate(policy, live.whole, work / f"sim-{policy}") for policy in POLICIES}
     return twins, ab
 
 
@@ -365,18 +370,15 @@ def edge_runs(work: Path, live: LiveRuns, cli: Cli) -> dict[str, list[tuple[Path
     bracket what the probes can say of the engine during the run: when the core slowed or sped
     up between the two, a twin on their merge can be no closer to the run than that span."""
 
-    def simulate(policy: str, probe: Path, name: str) -> Path:
+    def on(policy: str, probe: Path, name: str) -> Path:
         profile = twin_profile(probe, live.whole, name=f"{name}.profile.yaml")
-        scenario = sim_scenario(work, policy, profile, name)
-        out = work / name
-        checked(cli, "run", str(scenario), "--out", str(out), "--quiet", *live.point, *RELAX)
-        return out
+        return simulate(work, live, cli, policy, profile, work / name)
 
     return {
         policy: [
             (
-                simulate(policy, first, f"edge-{policy}-{k}-before"),
-                simulate(policy, last, f"edge-{policy}-{k}-after"),
+                on(policy, first, f"edge-{policy}-{k}-before"),
+                on(policy, last, f"edge-{policy}-{k}-after"),
             )
             for k, (first, last) in enumerate(live.brackets[policy], 1)
         ]
