@@ -44,6 +44,7 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
+from fairbench.analysis import frame_memo
 from fairbench.analysis import intervals as iv
 
 
@@ -186,17 +187,25 @@ NAN_QUANTILE = QuantileEstimate(
 def _col(df: pd.DataFrame, name: str) -> np.ndarray:
     if name not in df:
         return np.full(len(df), np.nan)
-    return df[name].to_numpy(dtype=np.float64, na_value=np.nan)
+    return frame_memo.floats(df, name)  # converted once per summary (frame_memo)
 
 
 def admitted(df: pd.DataFrame) -> np.ndarray:
     """Requests that were sent and not rejected: the latency population."""
+    return frame_memo.memo(df, "admitted", lambda: _admitted(df))
+
+
+def _admitted(df: pd.DataFrame) -> np.ndarray:
     return (df["status"] != "rejected").to_numpy() & np.isfinite(_col(df, "t_sent_ns"))
 
 
 def last_seen_ns(df: pd.DataFrame, timeout_s: float | None = None) -> np.ndarray:
     """When the client last knew about each request (relative to t0): `t_end_ns` where the
     generator recorded it, else the latest stage reached (and, for a timeout, the deadline)."""
+    return frame_memo.memo(df, ("last_seen_ns", timeout_s), lambda: _last_seen(df, timeout_s))
+
+
+def _last_seen(df: pd.DataFrame, timeout_s: float | None) -> np.ndarray:
     seen = _col(df, "t_end_ns")
     for name in (
         "t_done_ns",
@@ -208,7 +217,7 @@ def last_seen_ns(df: pd.DataFrame, timeout_s: float | None = None) -> np.ndarray
         seen = np.where(np.isnan(seen), _col(df, name), seen)
     if timeout_s is not None:
         deadline = _col(df, "t_intended_ns") + timeout_s * 1e9
-        timed_out = (df["status"] == "timeout").to_numpy()
+        timed_out = frame_memo.equals(df, "status", "timeout")
         seen = np.where(timed_out, np.fmax(seen, deadline), seen)
     return seen
 
@@ -242,8 +251,12 @@ def _rows(
 def first_response_ns(df: pd.DataFrame) -> np.ndarray:
     """When each request's first response came: its first token, or (for a response that
     streams none) the end of a successful one; NaN otherwise."""
+    return frame_memo.memo(df, "first_response_ns", lambda: _first_response(df))
+
+
+def _first_response(df: pd.DataFrame) -> np.ndarray:
     first = _col(df, "t_first_token_ns")
-    whole = np.where((df["status"] == "ok").to_numpy(), _col(df, "t_done_ns"), np.nan)
+    whole = np.where(frame_memo.equals(df, "status", "ok"), _col(df, "t_done_ns"), np.nan)
     return np.where(np.isnan(first), whole, first)
 
 
@@ -260,7 +273,7 @@ def e2e_rows(
     df: pd.DataFrame, timeout_s: float | None = None, sent: bool = False
 ) -> RowObservations:
     """E2E from the intended send (or the actual one): observed for requests that ended ok."""
-    done = np.where((df["status"] == "ok").to_numpy(), _col(df, "t_done_ns"), np.nan)
+    done = np.where(frame_memo.equals(df, "status", "ok"), _col(df, "t_done_ns"), np.nan)
     origin = _col(df, "t_sent_ns" if sent else "t_intended_ns")
     return _rows(df, done, origin, timeout_s)
 
@@ -275,7 +288,7 @@ def tpot_rows(df: pd.DataFrame, timeout_s: float | None = None) -> RowObservatio
     first = _col(df, "t_first_token_ns")
     tokens = _col(df, "output_tokens")
     cap = _col(df, "max_tokens")
-    ok = (df["status"] == "ok").to_numpy()
+    ok = frame_memo.equals(df, "status", "ok")
     span_ok = _col(df, "t_last_token_ns") - first
     span_open = last_seen_ns(df, timeout_s) - first
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -289,7 +302,7 @@ def tpot_rows(df: pd.DataFrame, timeout_s: float | None = None) -> RowObservatio
 def itl_max_rows(df: pd.DataFrame, timeout_s: float | None = None) -> RowObservations:
     """The largest gap between consecutive tokens: observed for ok streams of ≥ 2 tokens;
     censored at the larger of the gaps seen and the silence since the last token otherwise."""
-    ok = (df["status"] == "ok").to_numpy()
+    ok = frame_memo.equals(df, "status", "ok")
     gap = _col(df, "itl_max_ns")
     silence = last_seen_ns(df, timeout_s) - _col(df, "t_last_token_ns")
     value = np.where(ok, gap, np.fmax(np.nan_to_num(gap, nan=0.0), silence))
