@@ -43,6 +43,7 @@ from functools import cached_property
 
 import numpy as np
 import pandas as pd
+from scipy import special
 
 from fairbench.analysis import frame_memo
 from fairbench.analysis import intervals as iv
@@ -58,16 +59,24 @@ class Observations:
     time: np.ndarray
     observed: np.ndarray
     t: np.ndarray | None = None  # each observation's intended send time: the series' order
+    # its percentiles get intervals (the summary's groups): then one argsort gives both the
+    # sorted times and the normal scores' ranks, where a sort and scipy's rankdata (another
+    # argsort) were a third of a fleet run's summary (issue 35)
+    ranked: bool = False
 
     def __len__(self) -> int:
         return len(self.time)
+
+    @cached_property
+    def _time_order(self) -> np.ndarray:
+        return np.argsort(self.t, kind="stable")
 
     @cached_property
     def in_time_order(self) -> np.ndarray | None:
         """The latencies in send order (None without times): what dependence is measured on."""
         if self.t is None:
             return None
-        return self.time[np.argsort(self.t, kind="stable")]
+        return self.time[self._time_order]
 
     @cached_property
     def dependence(self) -> iv.Dependence:
@@ -84,7 +93,13 @@ class Observations:
         series = self.in_time_order
         if series is None:
             return np.zeros(0)
-        return iv.normal_scores_acf(series, iv.copula_lags(len(series), self.dependence))
+        lags = iv.copula_lags(len(series), self.dependence)
+        if len(series) < 2:
+            return iv.normal_scores_acf(series, lags)
+        # the scores from this sample's own sort, not rankdata's: the same ranks, value for
+        # value (ties averaged), and ndtri is norm.ppf on (0, 1) without its checks
+        ranks = average_ranks(self.sorted_time, self._by_value)[self._time_order]
+        return iv.normal_scores_acf(series, lags, special.ndtri(ranks / (len(series) + 1)))
 
     def dependence_at(self, threshold: float) -> iv.Dependence:
         """The batching with τ of the indicator 1{latency ≤ threshold} in time order: the largest
@@ -133,7 +148,13 @@ class Observations:
         return _km(self)
 
     @cached_property
+    def _by_value(self) -> np.ndarray:
+        return np.argsort(self.time)
+
+    @cached_property
     def sorted_time(self) -> np.ndarray:
+        if self.ranked or "_by_value" in self.__dict__:  # the argsort serves both
+            return self.time[self._by_value]
         return np.sort(self.time)
 
     @property
@@ -143,6 +164,23 @@ class Observations:
     def take(self, idx: np.ndarray) -> Observations:
         t = None if self.t is None else self.t[idx]
         return Observations(self.time[idx], self.observed[idx], t)
+
+
+def average_ranks(sorted_values: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """`scipy.stats.rankdata(x, method="average")` from x's sorted values and any argsort of
+    x (`sorted_values = x[order]`): ties get the mean of their ranks, so which tie comes first
+    does not matter, and the arithmetic is rankdata's, to the bit."""
+    n = len(sorted_values)
+    if n == 0:
+        return np.zeros(0)
+    starts = np.empty(n, dtype=bool)
+    starts[0] = True
+    np.not_equal(sorted_values[1:], sorted_values[:-1], out=starts[1:])
+    dense = np.cumsum(starts)
+    count = np.append(np.flatnonzero(starts), n)
+    ranks = np.empty(n)
+    ranks[order] = 0.5 * (count[dense] + count[dense - 1] + 1)
+    return ranks
 
 
 @dataclass(frozen=True)

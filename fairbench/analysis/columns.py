@@ -151,7 +151,9 @@ class Cols:
         if found is None:
             time, seen, eligible = (getattr(self, f"{which}_{s}") for s in ("t", "o", "x"))
             keep = eligible if mask is None else eligible & mask
-            found = self._memo[key] = censored.Observations(time[keep], seen[keep], self.t[keep])
+            found = self._memo[key] = censored.Observations(
+                time[keep], seen[keep], self.t[keep], ranked=True
+            )
         return found
 
 
