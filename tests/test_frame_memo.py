@@ -13,7 +13,7 @@ from fairbench.analysis import censored, frame_memo
 from fairbench.analysis.timeline import build_timeline
 
 
-def _frame(arrow: bool) -> pd.DataFrame:
+def _frame(arrow: bool | str) -> pd.DataFrame:
     rng = np.random.default_rng(3)
     n = 500
     tenants = rng.choice(["zeta", "alpha", "mid", "b"], n)
@@ -26,13 +26,15 @@ def _frame(arrow: bool) -> pd.DataFrame:
             "t_done_ns": pa.array(np.where(status == "ok", done, np.nan), from_pandas=True),
         }
     )
+    if arrow == "object":
+        return table.to_pandas().astype({"tenant": object, "status": object})
     if arrow:
         return table.to_pandas(types_mapper=pd.ArrowDtype)
-    return table.to_pandas()
+    return table.to_pandas()  # pandas' own str dtype (pyarrow-backed), as read_parquet gives
 
 
-@pytest.mark.parametrize("arrow", [True, False])
-def test_codes_are_sorted_set_and_compares(arrow: bool) -> None:
+@pytest.mark.parametrize("arrow", [True, False, "object"])
+def test_codes_are_sorted_set_and_compares(arrow: bool | str) -> None:
     df = _frame(arrow)
     codes, names = frame_memo.codes(df, "tenant")
     objects = np.asarray(df["tenant"], dtype=object)
@@ -80,3 +82,16 @@ def test_timeline_from_codes_equals_from_names() -> None:
     assert by_code.tenants == by_name.tenants
     for field in ("grid", "times", "key", "service", "rate", "offsets", "wait_lo", "wait_hi"):
         assert np.array_equal(getattr(by_code, field), getattr(by_name, field))
+
+
+def test_report_window_is_the_masked_frame() -> None:
+    from fairbench.report.run import _window
+
+    rng = np.random.default_rng(7)
+    ordered = pd.DataFrame({"t_intended_ns": np.sort(rng.integers(0, 10**10, 1000)), "x": 1})
+    shuffled = ordered.sample(frac=1.0, random_state=1)
+    for df in (ordered, shuffled, ordered.iloc[:0]):
+        t = df["t_intended_ns"] / 1e9
+        for lo, hi in ((2.0, 7.5), (0.0, 10.0), (11.0, 12.0), (t.iloc[3] if len(t) else 0, 5.0)):
+            want = df[(t >= lo) & (t <= hi)]
+            pd.testing.assert_frame_equal(_window(df, t, lo, hi), want)
