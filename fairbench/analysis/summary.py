@@ -78,12 +78,27 @@ def _latencies(
 ) -> dict[str, censored.RowObservations | _FromCols]:
     return {
         "ttft": _FromCols(cols, "ttft"),
-        "ttft_sent": censored.ttft_rows(df, timeout_s, sent=True),
+        "ttft_sent": _same_or(censored.ttft_rows(df, timeout_s, sent=True), cols, "ttft"),
         "tpot": _FromCols(cols, "tpot"),
         "itl_max": censored.itl_max_rows(df, timeout_s),
         "e2e": _FromCols(cols, "e2e"),
-        "e2e_sent": censored.e2e_rows(df, timeout_s, sent=True),
+        "e2e_sent": _same_or(censored.e2e_rows(df, timeout_s, sent=True), cols, "e2e"),
     }
+
+
+def _same_or(
+    rows: censored.RowObservations, cols: Cols, which: str
+) -> censored.RowObservations | _FromCols:
+    """The from-send latency, or, where it equals the from-intended one request for request (a
+    simulated run sends exactly on time), that one's observations: each group's percentiles
+    then come from one sort, not two (issue 35). Equal arrays give equal percentiles."""
+    time, seen, eligible = (getattr(cols, f"{which}_{s}") for s in ("t", "o", "x"))
+    same = (
+        np.array_equal(rows.eligible, eligible)
+        and np.array_equal(rows.observed, seen)
+        and np.array_equal(rows.time, time, equal_nan=True)
+    )
+    return _FromCols(cols, which) if same else rows
 
 
 def latency_percentiles(obs: censored.Observations) -> dict[str, Any]:
