@@ -94,6 +94,8 @@ def time_stages() -> dict[str, float]:
                 return _f(*args, **kwargs)  # type: ignore[operator]
             finally:
                 spent[_k] += time.process_time() - c
+                if not _k.startswith("·"):  # the high-water mark once this stage has run
+                    spent[f"peak RSS MB after {_k}"] = peak_rss_mb()
 
         setattr(owner, name, staticmethod(timed) if path else timed)
     return spent
@@ -216,11 +218,11 @@ def sim_speed(policies: list[str], minutes: float, stages: bool = False) -> None
         rows,
     )
     if stages:
-        labels = list(next(iter(stage_cols.values())))
+        labels = list(dict.fromkeys(k for cols in stage_cols.values() for k in cols))
         show(
-            "CPU s per stage (inclusive; · = part of the summary)",
+            "CPU s per stage (inclusive; · = part of the summary), and the peak RSS after each",
             ["stage", *stage_cols],
-            [[k, *[f"{stage_cols[p][k]:.2f}" for p in stage_cols]] for k in labels],
+            [[k, *[f"{stage_cols[p].get(k, 0.0):.2f}" for p in stage_cols]] for k in labels],
         )
 
 

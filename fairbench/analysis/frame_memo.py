@@ -41,6 +41,15 @@ def converted_once(df: pd.DataFrame) -> Iterator[None]:
         _state.current = outer
 
 
+def release(df: pd.DataFrame) -> None:
+    """Drop what is kept for `df` (it is made again when asked for): before the summary's
+    largest transient, so it does not sit on top of every column converted so far (the
+    10-minute fleet run's peak RSS 1,947 -> 1,999 MB with all of them kept)."""
+    current = getattr(_state, "current", None)
+    if current is not None and current[0] is df:
+        current[1].clear()
+
+
 def memo(df: pd.DataFrame, key: Any, make: Callable[[], T]) -> T:
     """`make()`, kept under `key` while `converted_once(df)` runs (arrays made read-only)."""
     current = getattr(_state, "current", None)

@@ -416,6 +416,7 @@ def _build_summary(
     cols.forget()
     window_s = max(10.0, min(60.0, window / 10)) if window > 0 else 10.0
     # the timeline first, while nothing else is held: it is the largest transient
+    frame_memo.release(df)
     backlogged = backlogged_fairness(df, scn, start, end, window_s) if len(df) else {}
     for key, column in (
         ("tenants", "tenant"),
