@@ -216,6 +216,7 @@ def simulate(
     now = 0
     live = ("waiting", "running", "preempted")
     cancel = engine.cancel
+    submit = engine.submit
     d = 0  # next job whose timeout is due (arrivals are sorted, so deadlines are too)
     never = 1 << 62
     stop_at = never if stop_ns is None else stop_ns
@@ -263,12 +264,40 @@ def simulate(
                 job = jobs[i]
                 i += 1
             now = job.arrival_ns
-            verdict = engine.submit(job, now)
+            verdict = submit(job, now)
             ended[0] += not verdict.accepted
             if log is not None:
                 log.append((now, "arrive" if verdict.accepted else "reject", job.id, -1))
             if verdict.accepted and idle:
                 kick(now)
+            if follow is not None:
+                continue
+            # Arrivals only, until the next step end, timeout or stop: without sessions nothing
+            # else joins the arrivals, so the next one is taken here while it comes no later
+            # than those (the order the checks above give), without their per-event work.
+            while i < n:
+                job = jobs[i]
+                now = job.arrival_ns
+                if (
+                    (running and now > running[0][0])
+                    or now > stop_at
+                    or (timeout_ns is not None and d < i and now > jobs[d].arrival_ns + timeout_ns)
+                ):
+                    break
+                i += 1
+                events += 1
+                if progress is not None and not events & 4095:
+                    progress(ended[0], now)
+                verdict = submit(job, now)
+                if verdict.accepted:
+                    if log is not None:
+                        log.append((now, "arrive", job.id, -1))
+                    if idle:
+                        kick(now)
+                else:
+                    ended[0] += 1
+                    if log is not None:
+                        log.append((now, "reject", job.id, -1))
             continue
         if follow is not None:
             now, r = heappop(running)

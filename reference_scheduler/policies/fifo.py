@@ -35,6 +35,11 @@ class Fifo(BasePolicy):
             self.dequeued += 1
         return job
 
+    def take(self, job: Job, now_ns: int) -> None:
+        """`dequeue(now_ns)` of the head `peek(now_ns)` just returned (core/policy.py)."""
+        self._q.take(job)
+        self.dequeued += 1
+
     def remove(self, job: Job) -> None:
         if self._q.discard(job):
             self.removed += 1

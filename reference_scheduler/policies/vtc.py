@@ -72,29 +72,42 @@ class Vtc(BasePolicy):
             if self.lift:
                 self._lift(tenant)
             self._backlogged.add(tenant)
-        queue.push(job)
+        job.queue = queue  # JobQueue.push, inlined: it runs once per request
+        queue._items.append(job)
+        queue.live += 1
         self._len += 1
         self.enqueued += 1
         return ACCEPTED
 
     def _lift(self, tenant: str) -> None:
-        others = [self.counters[t] for t in self._backlogged if t != tenant]
-        if others:
-            floor = min(others)
-        elif self._last_left is not None and self._last_left != tenant:
-            floor = self.counters[self._last_left]
-        else:
-            return
-        if floor > self.counters[tenant]:
-            self.counters[tenant] = floor
+        counters = self.counters
+        floor = None  # min over the other backlogged tenants' counters, without a list
+        for t in self._backlogged:
+            if t != tenant:
+                c = counters[t]
+                if floor is None or c < floor:
+                    floor = c
+        if floor is None:
+            if self._last_left is None or self._last_left == tenant:
+                return
+            floor = counters[self._last_left]
+        if floor > counters[tenant]:
+            counters[tenant] = floor
 
     def _pick(self) -> str | None:
+        """The backlogged tenant with the lowest (counter, first-seen order): the order is read
+        only on a tie, and no key tuple is built (it runs twice per admission)."""
         best = None
-        best_key: tuple[float, int] | None = None
+        best_c = 0.0
+        counters = self.counters
         for tenant in self._backlogged:
-            key = (self.counters[tenant], self._order[tenant])
-            if best_key is None or key < best_key:
-                best, best_key = tenant, key
+            c = counters[tenant]
+            if (
+                best is None
+                or c < best_c
+                or (c == best_c and self._order[tenant] < self._order[best])
+            ):
+                best, best_c = tenant, c
         return best
 
     def peek(self, now_ns: int) -> Job | None:
@@ -113,6 +126,17 @@ class Vtc(BasePolicy):
             self._backlogged.discard(tenant)
             self._last_left = tenant
         return job
+
+    def take(self, job: Job, now_ns: int) -> None:
+        """`dequeue(now_ns)` of the job `peek(now_ns)` just returned (core/policy.py): it is
+        its tenant's queue head, so the tenant is not chosen again."""
+        queue = job.queue
+        queue.take(job)
+        self._len -= 1
+        self.dequeued += 1
+        if not queue.live:
+            self._backlogged.discard(job.tenant)
+            self._last_left = job.tenant
 
     def remove(self, job: Job) -> None:
         queue = self._queues.get(job.tenant)
