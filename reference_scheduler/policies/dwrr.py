@@ -40,7 +40,15 @@ from collections.abc import Callable, Hashable, Mapping
 from typing import Any, ClassVar
 
 from reference_scheduler.core.job import Job
-from reference_scheduler.core.policy import ACCEPTED, BasePolicy, Policy, Verdict, cost_fn, key_fn
+from reference_scheduler.core.policy import (
+    ACCEPTED,
+    BasePolicy,
+    Policy,
+    Verdict,
+    cost_fn,
+    key_fn,
+    policy_hook,
+)
 
 DEFAULT_TOKEN_QUANTUM = 1024.0
 
@@ -78,7 +86,10 @@ class Dwrr(BasePolicy):
         if quantum <= 0:
             raise ValueError(f"quantum must be > 0, got {quantum}")
         self._child = child
-        self.uses_charge = bool(child().uses_charge)
+        sample = child()
+        self.uses_charge = bool(sample.uses_charge)
+        # whether the children's `release` does anything (FIFO's does not): it runs per job
+        self._child_releases = policy_hook(sample, "release") is not None
         self.quantum = float(quantum)
         self._cost = cost_fn(cost)
         self._key = key_fn(key)
@@ -162,6 +173,26 @@ class Dwrr(BasePolicy):
             cls.deficit = 0.0
         return job
 
+    def take(self, job: Job, now_ns: int) -> None:
+        """`dequeue(now_ns)` of the job `peek(now_ns)` just returned (core/policy.py): peek left
+        the class that can afford it at the ring's head, so the ring is not advanced again."""
+        cls = self._ring[0]
+        take = getattr(cls.child, "take", None)
+        if take is not None:
+            take(job, now_ns)
+        else:
+            got = cls.child.dequeue(now_ns)
+            assert got is job, "a child policy's peek and dequeue disagree"
+        del self._class_of[job.id]
+        cls.deficit -= self._cost(job)
+        self._len -= 1
+        self.dequeued += 1
+        if not len(cls.child):
+            self._ring.popleft()
+            cls.active = False
+            self.turns += 1
+            cls.deficit = 0.0
+
     def remove(self, job: Job) -> None:
         cls = self._class_of.pop(job.id, None)
         if cls is None:
@@ -176,6 +207,8 @@ class Dwrr(BasePolicy):
             cls.child.charge(job, now_ns, prefill, decode)
 
     def release(self, job: Job, now_ns: int) -> None:
+        if not self._child_releases:
+            return
         cls = self._classes.get(self._key(job))
         if cls is not None:
             cls.child.release(job, now_ns)

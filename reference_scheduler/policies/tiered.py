@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from reference_scheduler.core.job import Job
-from reference_scheduler.core.policy import ACCEPTED, BasePolicy, Policy, Verdict
+from reference_scheduler.core.policy import ACCEPTED, BasePolicy, Policy, Verdict, policy_hook
 
 
 def floors(quotas: Sequence[float], ceilings: Sequence[float]) -> list[float]:
@@ -90,6 +90,10 @@ class Tiered(BasePolicy):
         self.running = [0] * len(tiers)
         self.capacity = 1
         self._len = 0
+        # each tier's waiting jobs, kept here: `_choose` runs twice per admission and read
+        # len(child), a Python call per tier (issue 35); `release` skips a child's no-op one
+        self._waiting = [0] * len(tiers)
+        self._child_release = [policy_hook(child, "release") for child in self.children]
         self.at_ceiling = [0] * len(tiers)  # decisions in which a tier waited at its ceiling
 
     def bind(self, capacity_slots: int) -> None:
@@ -102,8 +106,8 @@ class Tiered(BasePolicy):
         """The guarantee pass, then the borrowing pass (the module docstring)."""
         capacity = self.capacity
         borrower = None
-        for k, child in enumerate(self.children):
-            if not len(child):
+        for k, waiting in enumerate(self._waiting):
+            if not waiting:
                 continue
             running = self.running[k]
             if running < self.floors[k] * capacity:
@@ -118,8 +122,10 @@ class Tiered(BasePolicy):
         self._lend = self.quotas if on else self.ceilings
 
     def enqueue(self, job: Job, now_ns: int) -> Verdict:
-        verdict = self.children[self.tier_of(job)].enqueue(job, now_ns)
+        k = self.tier_of(job)
+        verdict = self.children[k].enqueue(job, now_ns)
         if verdict.accepted:
+            self._waiting[k] += 1
             self._len += 1
             self.enqueued += 1
             return ACCEPTED
@@ -139,15 +145,34 @@ class Tiered(BasePolicy):
         job = self.children[k].dequeue(now_ns)
         if job is not None:
             self.running[k] += 1
+            self._waiting[k] -= 1
             self._len -= 1
             self.dequeued += 1
         return job
 
+    def take(self, job: Job, now_ns: int) -> None:
+        """`dequeue(now_ns)` of the job `peek(now_ns)` just returned (core/policy.py): its tier
+        is the one `_choose` picked, so the tiers are not looked at again."""
+        k = self.tier_of(job)
+        child = self.children[k]
+        take = getattr(child, "take", None)
+        if take is not None:
+            take(job, now_ns)
+        else:
+            got = child.dequeue(now_ns)
+            assert got is job, "a child policy's peek and dequeue disagree"
+        self.running[k] += 1
+        self._waiting[k] -= 1
+        self._len -= 1
+        self.dequeued += 1
+
     def remove(self, job: Job) -> None:
-        child = self.children[self.tier_of(job)]
+        k = self.tier_of(job)
+        child = self.children[k]
         before = len(child)
         child.remove(job)
         if len(child) < before:
+            self._waiting[k] -= 1
             self._len -= 1
             self.removed += 1
 
@@ -157,7 +182,9 @@ class Tiered(BasePolicy):
     def release(self, job: Job, now_ns: int) -> None:
         k = self.tier_of(job)
         self.running[k] -= 1
-        self.children[k].release(job, now_ns)
+        release = self._child_release[k]
+        if release is not None:
+            release(job, now_ns)
 
     def resumed(self, job: Job, now_ns: int) -> None:
         self.running[self.tier_of(job)] += 1

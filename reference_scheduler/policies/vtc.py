@@ -112,7 +112,16 @@ class Vtc(BasePolicy):
 
     def peek(self, now_ns: int) -> Job | None:
         tenant = self._pick()
-        return self._queues[tenant].head() if tenant is not None else None
+        if tenant is None:
+            return None
+        queue = self._queues[tenant]  # JobQueue.head, inlined: it runs once per admission
+        items = queue._items
+        while items:
+            job = items[0]
+            if job.queue is queue:
+                return job
+            items.popleft()
+        return None
 
     def dequeue(self, now_ns: int) -> Job | None:
         tenant = self._pick()
@@ -131,7 +140,9 @@ class Vtc(BasePolicy):
         """`dequeue(now_ns)` of the job `peek(now_ns)` just returned (core/policy.py): it is
         its tenant's queue head, so the tenant is not chosen again."""
         queue = job.queue
-        queue.take(job)
+        queue._items.popleft()  # JobQueue.take, inlined
+        job.queue = None
+        queue.live -= 1
         self._len -= 1
         self.dequeued += 1
         if not queue.live:

@@ -207,6 +207,12 @@ class Engine(Preempting):
         preempting = self._preempting
         take = self._take
         adm = self.admission  # its `waiting` is len(policy), without a call (see step)
+        charge = policy.charge if self._uses_charge else None
+        cache = self.cache
+        running = rep.running
+        prefilling = rep.prefilling
+        admitted = rep.result.admitted
+        index = rep.index
         # several replicas: each job admitted now pays its front end if the replica ran others
         steal = 0 if self._steal_at_arrival or not rep.running else self._steal_ns
         # a replica that had nothing to run for idle_after_ms wakes up before its first job
@@ -244,36 +250,34 @@ class Engine(Preempting):
                 got = policy.dequeue(now_ns)
                 assert got is cand, f"{type(policy).__name__}: peek and dequeue disagree"
             self._granted = None
-            self._start(rep, cand, need, now_ns)
+            # start it (inlined: once per request)
+            rep.free_blocks -= need
+            rep.slots += 1
+            running[cand.id] = cand
+            cand.blocks = need
+            cand.status = "running"
+            cand.replica = index
+            cand.admit_ns = now_ns
+            if cand.wait_since_ns >= 0:  # passover.wait_ends
+                cand.backlog_ns += now_ns - cand.wait_since_ns
+                cand.wait_since_ns = -1
+            adm.waiting -= 1  # Admission.left_queue
+            adm.by_tenant[cand.tenant] -= 1
+            adm.by_class[cand.slo_class] -= 1
+            if cache is not None and cand.block_hashes:
+                cand.cached_tokens = cache.match(cand.block_hashes, cand.prompt_tokens)
+            cand.prefill_left = left = cand.prompt_tokens - cand.cached_tokens
+            rep.pending += left
+            prefilling.append(cand)
+            admitted.append(cand)
+            if charge is not None:
+                charge(cand, now_ns, cand.prompt_tokens)  # its prefill, passed by position
             rep.extra_ns += steal + wake
             wake = 0
-        fresh = self._fresh
-        if fresh:
+        if admitted:
+            rep.result.dirty = True
+        if self._fresh:
             self.passover.pass_ended(now_ns, len(policy))
-
-    def _start(self, rep: Replica, job: Job, need: int, now_ns: int) -> None:
-        rep.free_blocks -= need
-        rep.slots += 1
-        rep.running[job.id] = job
-        job.blocks = need
-        job.status = "running"
-        job.replica = rep.index
-        job.admit_ns = now_ns
-        if job.wait_since_ns >= 0:  # passover.wait_ends, inlined
-            job.backlog_ns += now_ns - job.wait_since_ns
-            job.wait_since_ns = -1
-        adm = self.admission  # Admission.left_queue, inlined
-        adm.waiting -= 1
-        adm.by_tenant[job.tenant] -= 1
-        adm.by_class[job.slo_class] -= 1
-        if self.cache is not None and job.block_hashes:
-            job.cached_tokens = self.cache.match(job.block_hashes, job.prompt_tokens)
-        job.prefill_left = left = job.prompt_tokens - job.cached_tokens
-        rep.pending += left
-        rep.prefilling.append(job)
-        rep.result.admitted.append(job)
-        if self._uses_charge:
-            self.policy.charge(job, now_ns, job.prompt_tokens)  # prefill, passed by position
 
     def _untrack(self, rep: Replica, job: Job) -> None:
         entry = rep.tenant_decode[job.tenant]
@@ -291,6 +295,7 @@ class Engine(Preempting):
         if self._release is not None:
             self._release(job, end)
         rep.result.finished.append(job)
+        rep.result.dirty = True
         if self.control is not None:
             self.control.finished(job)
 
@@ -300,13 +305,11 @@ class Engine(Preempting):
         res = rep.result
         # Reused per replica (the driver reads it first); clearing an empty list is skipped,
         # since most steps emit nothing (issue 35: the per-step overhead is the simulator's cost).
-        if res.admitted:
+        if res.dirty:  # one check for the four lists: most steps emit nothing
+            res.dirty = False
             res.admitted.clear()
-        if res.first_tokens:
             res.first_tokens.clear()
-        if res.finished:
             res.finished.clear()
-        if res.preempted:
             res.preempted.clear()
         if self.control is not None:
             self.control.step(now_ns, len(self.policy))
@@ -398,6 +401,7 @@ class Engine(Preempting):
         tenant_decode = rep.tenant_decode
         running = rep.running
         finished = rep.result.finished
+        rep.result.dirty = True
         finishes = self.admission.finish_times
         horizon = end - 10_000_000_000  # Admission.finished's window, inlined
         release = self._release
@@ -433,6 +437,7 @@ class Engine(Preempting):
         del prefilling[:done]
         cache = self.cache
         firsts = rep.result.first_tokens
+        rep.result.dirty = True
         charge = self.policy.charge if self._uses_charge else None
         decoding = rep.decoding
         finish_at = rep.finish_at

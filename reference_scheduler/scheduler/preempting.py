@@ -157,6 +157,7 @@ class Preempting:
         self.policy.release(victim, now_ns)
         heapq.heappush(rep.resume, (victim.priority, victim.seq, victim))
         rep.result.preempted.append(victim)
+        rep.result.dirty = True
 
     def _resume(self, rep: Replica, job: Job, now_ns: int) -> None:
         pre = self.preemption
@@ -170,6 +171,7 @@ class Preempting:
         wait_ends(job, now_ns)
         self.policy.resumed(job, now_ns)
         rep.result.admitted.append(job)
+        rep.result.dirty = True
         if mode == "recompute":
             context = job.prompt_tokens + job.generated
             cached = 0

@@ -14,6 +14,7 @@ class StepResult:
 
     __slots__ = (
         "admitted",
+        "dirty",
         "duration_ns",
         "end_ns",
         "finished",
@@ -36,6 +37,9 @@ class StepResult:
         self.first_tokens: list[Job] = []  # a token from a finished prefill (first or resumed)
         self.finished: list[Job] = []
         self.preempted: list[Job] = []
+        # set when any of the four lists got a job: the next step of this replica clears them
+        # (one check a step instead of four; vllm.VllmEngine clears them every step)
+        self.dirty = False
 
 
 class Replica:

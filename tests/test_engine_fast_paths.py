@@ -1,0 +1,181 @@
+"""The engine's per-request shortcuts (issue 35) keep what they replace, exactly.
+
+Each shortcut stands in for a call the engine made per request or per step, so a bug in one
+would change which job runs when, and the records. What each pins:
+- `take(job, now)`, a policy's dequeue of the job its peek just returned, leaves the policy as
+  peek-then-dequeue leaves it: same jobs in the same order, same counters and stats;
+- the step's admission gate reads `admission.waiting` for `len(policy)`: the two agree at every
+  step, through cancellations (timeouts, the stop), preemption, demotion and rejections;
+- `policy_hook` drops only BasePolicy's no-op hooks, never a policy's own;
+- Admission's fast path (`open_for`) is taken only without limits, and a replaced spec is seen.
+The golden outputs pin whole runs; these fail first, where the shortcut is."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from reference_scheduler.core.admission import Admission, AdmissionSpec
+from reference_scheduler.core.job import Job
+from reference_scheduler.core.policy import BasePolicy, policy_hook
+from reference_scheduler.drivers.virtual import simulate
+from reference_scheduler.policies import PRESETS, build_policy
+from reference_scheduler.scheduler.config import parse_scheduler_config
+from reference_scheduler.scheduler.engine import Engine
+
+SPECS: list[Any] = [
+    "fifo",
+    "priority",
+    "dwrr",
+    {"name": "dwrr", "quantum": 50},
+    "wfq",
+    "sfq",
+    "vtc",
+    "lcf",
+    *PRESETS,
+]
+CLASSES = ("interactive", "batch", "best-effort")
+
+
+def _job(i: int, rng: random.Random) -> Job:
+    tier = rng.randint(0, 2)
+    tenant = rng.randint(0, 4)
+    return Job(
+        i,
+        f"t{tenant}",
+        CLASSES[tier],
+        rng.randint(1, 5000),
+        rng.randint(0, 500),
+        i,
+        weight=1.0 + tenant % 3,
+        priority=tier,
+        flow=f"w{i % 2}",
+        seq=i,
+    )
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s if isinstance(s, str) else repr(s))
+@pytest.mark.parametrize("seed", range(4))
+def test_take_is_peek_then_dequeue(spec: Any, seed: int) -> None:
+    rng = random.Random(seed)
+    plain, fast = build_policy(spec), build_policy(spec)
+    plain.bind(40)
+    fast.bind(40)
+    take = getattr(fast, "take", None)
+    twins: dict[int, tuple[Job, Job]] = {}
+    running: list[tuple[Job, Job]] = []
+    now = 0
+    for i in range(1500):
+        now += 1_000_000
+        op = rng.random()
+        if op < 0.45:
+            a = _job(i, rng)
+            b = Job(**{f: getattr(a, f) for f in ("id", "tenant", "slo_class", "prompt_tokens",
+                                                    "max_tokens", "arrival_ns", "weight",
+                                                    "priority", "flow", "seq")})  # fmt: skip
+            assert plain.enqueue(a, now).accepted and fast.enqueue(b, now).accepted
+            twins[i] = (a, b)
+        elif op < 0.8:
+            a, b = plain.peek(now), fast.peek(now)
+            assert (a is None) == (b is None)
+            if a is None or b is None:
+                continue
+            assert a.id == b.id
+            assert plain.dequeue(now) is a
+            if take is not None:
+                take(b, now)
+            else:
+                assert fast.dequeue(now) is b
+            del twins[a.id]
+            for policy, job in ((plain, a), (fast, b)):
+                policy.charge(job, now, job.prompt_tokens)
+            running.append((a, b))
+        elif op < 0.9 and running:
+            a, b = running.pop(rng.randrange(len(running)))
+            for policy, job in ((plain, a), (fast, b)):
+                policy.charge(job, now, 0, job.max_tokens)
+                policy.release(job, now)
+        elif twins:
+            a, b = twins.pop(rng.choice(sorted(twins)))
+            plain.remove(a)
+            fast.remove(b)
+        assert len(plain) == len(fast)
+    assert plain.stats() == fast.stats()
+
+
+def test_policy_hook_skips_only_the_base_no_op() -> None:
+    class Counting(BasePolicy):
+        def release(self, job: Job, now_ns: int) -> None:
+            return None
+
+    assert policy_hook(build_policy("fifo"), "release") is None  # BasePolicy's
+    assert policy_hook(build_policy("vtc"), "release") is None
+    assert policy_hook(build_policy("three-tier"), "release") is not None  # counts running
+    assert policy_hook(Counting(), "release") is not None  # its own, even if it does nothing
+
+
+def test_admission_fast_path_only_without_limits() -> None:
+    adm = Admission(AdmissionSpec())
+    assert adm.open_for is adm.spec
+    assert Admission(AdmissionSpec(max_queue=3)).open_for is None
+    adm.spec = AdmissionSpec(max_queue=1)  # replaced: the engine must go through enter
+    assert adm.open_for is not adm.spec
+    policy = build_policy("fifo")
+    assert adm.enter(Job(1, "t", "batch", 1, 1, 0), 0, policy).accepted
+    assert not adm.enter(Job(2, "t", "batch", 1, 1, 0), 0, policy).accepted
+    assert adm.open_for is None
+
+
+def _workload(n: int, seed: int) -> list[Job]:
+    rng = random.Random(seed)
+    t = 0
+    jobs = []
+    for i in range(n):
+        t += rng.randint(0, 20_000_000)
+        tier = rng.randint(0, 2)
+        jobs.append(
+            Job(i, f"t{rng.randint(0, 3)}", CLASSES[tier], rng.randint(1, 900),
+                rng.choice([0, 1, rng.randint(2, 200)]), t, priority=tier)
+        )  # fmt: skip
+    return jobs
+
+
+CONFIGS: list[dict[str, Any]] = [
+    {"policy": "vtc", "max_num_seqs": 6},
+    {"policy": "dwrr", "admission": {"max_queue": 40}, "max_num_seqs": 6},
+    {"policy": "three-tier", "preemption": {"mode": "recompute"}, "max_num_seqs": 8},
+    {
+        "policy": "priority",
+        "preemption": {"mode": "swap", "budget": {"count": 3, "window_s": 1}},
+        "max_num_seqs": 6,
+    },
+]
+
+
+@pytest.mark.parametrize("extra", CONFIGS, ids=lambda c: str(c["policy"]))
+def test_admission_waiting_is_the_policy_length_at_every_step(
+    extra: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = parse_scheduler_config({"profile": "h100-llama3-8b", "replicas": 3, **extra})
+    step = Engine.step
+    checked = [0]
+
+    def checking(self: Engine, r: int, now_ns: int) -> Any:
+        assert self.admission.waiting == len(self.policy)
+        checked[0] += 1
+        res = step(self, r, now_ns)
+        assert self.admission.waiting == len(self.policy)
+        return res
+
+    monkeypatch.setattr(Engine, "step", checking)
+    jobs = _workload(1500, 7)
+    stop = jobs[-1].arrival_ns + 5_000_000_000
+    result = simulate(jobs, config, timeout_ns=3_000_000_000, stop_ns=stop)
+    statuses = {job.status for job in result.jobs}
+    assert checked[0] > 1000
+    # timeouts and the stop cancelled waiting and running jobs, or admission refused some
+    assert {"finished", "rejected" if "admission" in extra else "cancelled"} <= statuses
+    if "preemption" in extra:
+        assert sum(job.preemptions for job in result.jobs) > 0
