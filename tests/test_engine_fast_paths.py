@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from reference_scheduler.core.admission import Admission, AdmissionSpec
+from reference_scheduler.core.admission import Admission, AdmissionSpec, refuse_too_long
 from reference_scheduler.core.job import Job
 from reference_scheduler.core.policy import BasePolicy, policy_hook
 from reference_scheduler.drivers.virtual import simulate
@@ -179,3 +179,30 @@ def test_admission_waiting_is_the_policy_length_at_every_step(
     assert {"finished", "rejected" if "admission" in extra else "cancelled"} <= statuses
     if "preemption" in extra:
         assert sum(job.preemptions for job in result.jobs) > 0
+
+
+@pytest.mark.parametrize(
+    ("kv_tokens", "block_size", "max_model_len"),
+    [(1000, 16, None), (1000, 16, 500), (1000, 7, 2000), (4096, 32, 4096), (100, 1, 99)],
+)
+def test_one_compare_refuses_exactly_what_refuse_too_long_refuses(
+    kv_tokens: int, block_size: int, max_model_len: int | None
+) -> None:
+    config = parse_scheduler_config(
+        {
+            "policy": "fifo",
+            "profile": {"constant_step_ms": 5.0, "kv_cache_tokens": kv_tokens},
+            "block_size": block_size,
+            **({"max_model_len": max_model_len} if max_model_len else {}),
+        }
+    )
+    engine = Engine(config)
+    limit = min(config.max_model_len, config.kv_blocks * block_size) + 3
+    for total in range(max(0, limit - 2 * block_size - 8), limit):
+        job = Job(total, "t", "batch", total // 2, total - total // 2, 0)
+        expected = refuse_too_long(job, config.max_model_len, block_size, config.kv_blocks)
+        job = Job(total, "t", "batch", total // 2, total - total // 2, 0)
+        verdict = engine.submit(job, 0)
+        assert verdict.accepted == (expected is None), total
+        if expected is not None:
+            assert verdict == expected and job.status == "rejected"

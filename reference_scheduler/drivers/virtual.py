@@ -289,9 +289,10 @@ def simulate(
                 ):
                     break
                 i += 1
-                events += 1
-                if progress is not None and not events & 4095:
-                    progress(ended[0], now)
+                if progress is not None:  # events counted only for it
+                    events += 1
+                    if not events & 4095:
+                        progress(ended[0], now)
                 verdict = submit(job, now)
                 if verdict.accepted:
                     if log is not None:
@@ -321,9 +322,10 @@ def simulate(
         while running and running[0] < bound:
             key = running[0]
             now, r = key >> shift, key & mask
-            events += 1
-            if progress is not None and not events & 4095:
-                progress(ended[0], now)
+            if progress is not None:
+                events += 1
+                if not events & 4095:
+                    progress(ended[0], now)
             res = step(r, now)
             if res is None:
                 heappop(running)

@@ -61,6 +61,9 @@ class Engine(Preempting):
         self.block_size = config.spec.block_size
         self.kv_blocks = config.kv_blocks
         self.max_model_len = config.max_model_len
+        # the most tokens a job may need: within the context, and ceil(tokens / block_size) KV
+        # blocks within the pool (<=> tokens <= kv_blocks * block_size); one compare a request
+        self._fits = min(self.max_model_len, self.kv_blocks * self.block_size)
         self.replicas = [Replica(i, self.kv_blocks) for i in range(config.replicas)]
         if not keep_history:
             for rep in self.replicas:
@@ -120,8 +123,7 @@ class Engine(Preempting):
     def submit(self, job: Job, now_ns: int) -> Verdict:
         self._seq += 1
         job.seq = self._seq
-        total = job.prompt_tokens + job.max_tokens
-        if total > self.max_model_len or -(-total // self.block_size) > self.kv_blocks:
+        if job.prompt_tokens + job.max_tokens > self._fits:
             return refuse_too_long(job, self.max_model_len, self.block_size, self.kv_blocks)  # type: ignore[return-value]
         if self.control is not None:
             refused = self.control.submit(job, now_ns)
@@ -323,11 +325,14 @@ class Engine(Preempting):
             self._admit(rep, now_ns)
 
         # Compose the iteration.
+        prefilling = rep.prefilling
+        extra = rep.extra_ns
         n = 0
         done = 0
-        prefilling = rep.prefilling
         if not prefilling:
             decoding = rep.batch
+            if not decoding and not extra:
+                return None  # nothing to run (the check below, for the common case)
         elif prof.chunked_prefill:
             decoding = rep.batch
             room = prof.max_num_batched_tokens - decoding
@@ -346,7 +351,6 @@ class Engine(Preempting):
                 n += job.prefill_left
                 job.prefill_left = 0
             done = len(prefilling)
-        extra = rep.extra_ns
         if n == 0 and decoding == 0 and done == 0 and not extra:
             return None
 
@@ -366,7 +370,8 @@ class Engine(Preempting):
         end = now_ns + duration
         rep.last_end_ns = end
         rep.steps += 1
-        rep.pending -= n
+        if n:
+            rep.pending -= n
         res.start_ns = now_ns
         res.end_ns = end
         res.duration_ns = duration
@@ -406,10 +411,11 @@ class Engine(Preempting):
         horizon = end - 10_000_000_000  # Admission.finished's window, inlined
         release = self._release
         control = self.control
+        gone = 0  # the context the finished jobs held, blocks they free: summed, stored once
+        blocks = 0
         for job in ending:
             job.last_step = k
-            rep.batch -= 1
-            rep.context -= job.prompt_tokens + job.max_tokens
+            gone += job.prompt_tokens + job.max_tokens
             entry = tenant_decode[job.tenant]  # _untrack
             entry[0] -= 1
             if entry[0] == 0:
@@ -417,18 +423,21 @@ class Engine(Preempting):
             if job.segments:
                 job.segments.append((r, job.lead_ns, job.first_step, k + 1 - job.first_step))
             finishes.append(end)
-            while finishes[0] < horizon:
-                finishes.popleft()
             del running[job.id]
             job.status = "finished"
             job.done_ns = end
-            rep.slots -= 1
-            rep.free_blocks += job.blocks
+            blocks += job.blocks
             if release is not None:
                 release(job, end)
             finished.append(job)
             if control is not None:
                 control.finished(job)
+        while finishes[0] < horizon:
+            finishes.popleft()
+        rep.batch -= len(ending)
+        rep.slots -= len(ending)
+        rep.context -= gone
+        rep.free_blocks += blocks
 
     def _first_tokens(self, rep: Replica, prefilling: list[Job], done: int, end: int) -> None:
         """The `done` jobs at the head of `prefilling` finished their prefill in this step: each
@@ -441,8 +450,10 @@ class Engine(Preempting):
         charge = self.policy.charge if self._uses_charge else None
         decoding = rep.decoding
         finish_at = rep.finish_at
+        firsts.extend(first)
+        joined = 0  # sequences that start decoding, and their context: stored once
+        context = 0
         for job in first:
-            firsts.append(job)
             generated = job.generated
             if generated == 0:
                 job.first_token_ns = end
@@ -461,8 +472,8 @@ class Engine(Preempting):
             job.generated = generated = generated + 1
             # _join_decode, inlined: decode from the next decode step on, until the last token
             job.first_step = decoding
-            rep.batch += 1
-            rep.context += job.prompt_tokens + generated
+            joined += 1
+            context += job.prompt_tokens + generated
             last = decoding + max_tokens - generated - 1
             bucket = finish_at.get(last)
             if bucket is None:
@@ -476,6 +487,8 @@ class Engine(Preempting):
                 entry[0] += 1
             if charge is not None:
                 charge(job, end, 0, 1)
+        rep.batch += joined
+        rep.context += context
 
     def busy(self, r: int) -> bool:
         rep = self.replicas[r]
