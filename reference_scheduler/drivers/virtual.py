@@ -223,12 +223,72 @@ def simulate(
     submit = engine.submit
     d = 0  # next job whose timeout is due (arrivals are sorted, so deadlines are too)
     never = 1 << 62
+    never_key = never << shift
+    patience = never if timeout_ns is None else timeout_ns  # no timeout: due past the stop
     stop_at = never if stop_ns is None else stop_ns
     events = 0
     while i < n or running or released:
         events += 1
         if progress is not None and not events & 4095:
             progress(ended[0], now)
+        if follow is None:
+            # Without sessions (nothing joins the arrivals, no released job times out) the next
+            # event is the next arrival or step end unless a timeout or the stop comes first:
+            # taken here with two compares; the checks below, which give the same order, run
+            # only when a timeout or the stop is next (issue 35: this loop runs per event).
+            limit = jobs[d].arrival_ns + patience if d < i else never
+            if stop_at < limit:
+                limit = stop_at
+            key = running[0] if running else never_key
+            if i < n and jobs[i].arrival_ns << shift <= key:  # arrivals go before step ends
+                if jobs[i].arrival_ns <= limit:
+                    while True:  # this arrival, and the next ones while they still come first
+                        job = jobs[i]
+                        now = job.arrival_ns
+                        i += 1
+                        verdict = submit(job, now)
+                        if verdict.accepted:
+                            if log is not None:
+                                log.append((now, "arrive", job.id, -1))
+                            if idle:
+                                kick(now)
+                        else:
+                            ended[0] += 1
+                            if log is not None:
+                                log.append((now, "reject", job.id, -1))
+                        if i == n:
+                            break
+                        t = jobs[i].arrival_ns
+                        if (
+                            (running and t << shift > running[0])
+                            or t > stop_at
+                            or (d < i and t > jobs[d].arrival_ns + patience)
+                        ):
+                            break
+                    continue
+            elif key < limit << shift:  # step ends, while before the next arrival, timeout, stop
+                t = jobs[i].arrival_ns if i < n else never
+                bound = (t if t < limit else limit) << shift  # a step end before it: key < bound
+                while running and running[0] < bound:
+                    key = running[0]
+                    now, r = key >> shift, key & mask
+                    if progress is not None:
+                        events += 1
+                        if not events & 4095:
+                            progress(ended[0], now)
+                    res = step(r, now)
+                    if res is None:
+                        heappop(running)
+                        heappush(idle, r)
+                        continue
+                    heapreplace(running, res.end_ns << shift | r)  # one sift: each key is unique
+                    if log is not None:
+                        record(res, r)
+                    if res.finished:
+                        ended[0] += len(res.finished)
+                        if idle and len(policy):
+                            kick(now)
+                continue
         t_list = jobs[i].arrival_ns if i < n else never
         t_arrive = min(t_list, released[0][0]) if released else t_list
         t_step = running[0] >> shift if running else never
@@ -274,35 +334,6 @@ def simulate(
                 log.append((now, "arrive" if verdict.accepted else "reject", job.id, -1))
             if verdict.accepted and idle:
                 kick(now)
-            if follow is not None:
-                continue
-            # Arrivals only, until the next step end, timeout or stop: without sessions nothing
-            # else joins the arrivals, so the next one is taken here while it comes no later
-            # than those (the order the checks above give), without their per-event work.
-            while i < n:
-                job = jobs[i]
-                now = job.arrival_ns
-                if (
-                    (running and now > running[0] >> shift)
-                    or now > stop_at
-                    or (timeout_ns is not None and d < i and now > jobs[d].arrival_ns + timeout_ns)
-                ):
-                    break
-                i += 1
-                if progress is not None:  # events counted only for it
-                    events += 1
-                    if not events & 4095:
-                        progress(ended[0], now)
-                verdict = submit(job, now)
-                if verdict.accepted:
-                    if log is not None:
-                        log.append((now, "arrive", job.id, -1))
-                    if idle:
-                        kick(now)
-                else:
-                    ended[0] += 1
-                    if log is not None:
-                        log.append((now, "reject", job.id, -1))
             continue
         if follow is not None:
             key = heappop(running)
@@ -315,29 +346,15 @@ def simulate(
             if res.finished and idle and len(policy):
                 kick(now)
             continue
-        # Step ends only, until the next arrival, timeout or stop: none of those moves while
-        # steps run (without sessions a step releases no arrival), so the loop checks them once
-        # per run of step ends instead of once per step; the order of events is the same.
-        bound = min(t_arrive, t_due, stop_at) << shift  # a step end before it: key < bound
-        while running and running[0] < bound:
-            key = running[0]
-            now, r = key >> shift, key & mask
-            if progress is not None:
-                events += 1
-                if not events & 4095:
-                    progress(ended[0], now)
-            res = step(r, now)
-            if res is None:
-                heappop(running)
-                heappush(idle, r)
-                continue
-            heapreplace(running, res.end_ns << shift | r)  # one sift: each key is unique
-            if log is not None:
-                record(res, r)
-            if res.finished:
-                ended[0] += len(res.finished)
-                if idle and len(policy):
-                    kick(now)
+        key = heappop(running)  # a step end, with a timeout or the stop at the same instant
+        now, r = key >> shift, key & mask
+        res = step(r, now)
+        if res is None:
+            heappush(idle, r)
+            continue
+        started(res, r)
+        if res.finished and idle and len(policy):
+            kick(now)
     if progress is not None:
         progress(len(jobs) + len(joined), now)  # the stop cancelled whatever was left
     decode_ends = [np.asarray(rep.decode_ends, dtype=np.int64) for rep in engine.replicas]
