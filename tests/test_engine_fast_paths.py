@@ -206,3 +206,36 @@ def test_one_compare_refuses_exactly_what_refuse_too_long_refuses(
         assert verdict.accepted == (expected is None), total
         if expected is not None:
             assert verdict == expected and job.status == "rejected"
+
+
+@pytest.mark.parametrize("weighted", [True, False])
+def test_vtc_charges_are_the_plain_formula_bit_for_bit(weighted: bool) -> None:
+    """charge and charge_decode skip the membership test and, without configured weights, the
+    weights' lookup: the counters must be the plain formula's, and a tenant without a counter
+    (never enqueued) is still charged nothing."""
+    from reference_scheduler.policies.vtc import Vtc
+
+    rng = random.Random(35)
+    weights = {f"t{k}": rng.choice([1.0, 3.0, 0.7]) for k in range(3)} if weighted else {}
+    one, batch = Vtc(1.3, 2.1, weights), Vtc(1.3, 2.1, weights)
+    jobs = [Job(k, f"t{k}", "c", 10, 10, 0, weight=rng.choice([1.9, 0.3, 2.0])) for k in range(6)]
+    plain: dict[str, float] = {}
+    for policy in (one, batch):
+        for job in jobs[:5]:  # t5 never enqueued: no counter
+            policy.enqueue(job, 0)
+    for job in jobs[:5]:
+        plain[job.tenant] = 0.0
+    for step in range(2000):
+        entries = [[rng.randint(1, 300), job] for job in rng.sample(jobs, rng.randint(1, 6))]
+        prefill = rng.randint(0, 4000)
+        for count, job in entries:
+            if job.tenant in plain:
+                plain[job.tenant] += (1.3 * 0 + 2.1 * count) / weights.get(job.tenant, job.weight)
+            one.charge(job, step, 0, count)
+        batch.charge_decode(entries, step)
+        job = rng.choice(jobs)
+        if job.tenant in plain:
+            plain[job.tenant] += (1.3 * prefill + 2.1 * 0) / weights.get(job.tenant, job.weight)
+        one.charge(job, step, prefill)
+        batch.charge(job, step, prefill)
+    assert one.counters == plain and batch.counters == plain and "t5" not in plain

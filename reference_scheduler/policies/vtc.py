@@ -161,12 +161,13 @@ class Vtc(BasePolicy):
     def charge(self, job: Job, now_ns: int, prefill: int = 0, decode: int = 0) -> None:
         # called per tenant per decode step: `_weight` inlined, the same float operations
         tenant = job.tenant
-        counters = self.counters
-        if tenant not in counters:
+        weights = self.weights
+        try:  # a tenant never enqueued (or reset since) has no counter: nothing to charge
+            self.counters[tenant] += (self.input_price * prefill + self.output_price * decode) / (
+                weights.get(tenant, job.weight) if weights else job.weight
+            )
+        except KeyError:
             return
-        counters[tenant] += (
-            self.input_price * prefill + self.output_price * decode
-        ) / self.weights.get(tenant, job.weight)
 
     def charge_decode(self, entries: Iterable[list], now_ns: int) -> None:
         """One decode step's charges, `charge(job, now_ns, 0, count)` for each [count, job] of
@@ -176,10 +177,22 @@ class Vtc(BasePolicy):
         weights = self.weights
         zero = self.input_price * 0
         price = self.output_price
-        for count, job in entries:
-            tenant = job.tenant
-            if tenant in counters:
-                counters[tenant] += (zero + price * count) / weights.get(tenant, job.weight)
+        # `tenant in counters` and the weights' lookup cost more than the charge: a missing
+        # counter (a tenant reset since) raises before the sum is taken; without configured
+        # weights the job's weight is the divisor `weights.get` would give
+        if weights:
+            for count, job in entries:
+                tenant = job.tenant
+                try:
+                    counters[tenant] += (zero + price * count) / weights.get(tenant, job.weight)
+                except KeyError:
+                    continue
+        else:
+            for count, job in entries:
+                try:
+                    counters[job.tenant] += (zero + price * count) / job.weight
+                except KeyError:
+                    continue
 
     def stats(self) -> Mapping[str, float]:
         out = dict(super().stats())
