@@ -239,3 +239,24 @@ def test_vtc_charges_are_the_plain_formula_bit_for_bit(weighted: bool) -> None:
         one.charge(job, step, prefill)
         batch.charge(job, step, prefill)
     assert one.counters == plain and batch.counters == plain and "t5" not in plain
+
+
+def test_group_counts_are_skipped_only_without_limits() -> None:
+    """The simulator's engine skips the waiting counts per tenant and class (only /metrics and
+    admission limits read them) unless a limit needs them; the server's engine keeps them."""
+    plain = parse_scheduler_config({"policy": "fifo", "profile": "h100-llama3-8b"})
+    limited = parse_scheduler_config(
+        {"policy": "fifo", "profile": "h100-llama3-8b", "admission": {"max_queue_per_tenant": 2}}
+    )
+    for config, group_counts, counted in [
+        (plain, True, True),
+        (plain, False, False),
+        (limited, False, True),
+    ]:
+        engine = Engine(config, group_counts=group_counts)
+        verdicts = [engine.submit(Job(i, "t", "batch", 10, 10, 0), 0).accepted for i in range(3)]
+        assert verdicts == ([True, True, False] if config is limited else [True] * 3)
+        assert engine.admission.waiting == len(engine.policy) == sum(verdicts)
+        assert dict(engine.admission.by_tenant) == ({"t": sum(verdicts)} if counted else {})
+        engine.cancel(engine.policy.peek(0), 1)
+        assert engine.admission.waiting == len(engine.policy) == sum(verdicts) - 1

@@ -156,7 +156,8 @@ def simulate(
         if follow is not None:
             raise ValueError("scheduler.disaggregation: sessions run colocated only, for now")
         return SimResult(*simulate_disaggregated(jobs, config, timeout_ns, stop_ns), None)
-    engine = make_engine(config)  # scheduler.engine: reference or vllm
+    # scheduler.engine: reference or vllm; no /metrics reads the waiting counts per group here
+    engine = make_engine(config, group_counts=False)
     policy = engine.policy
     step = engine.step
     n_rep = len(engine.replicas)

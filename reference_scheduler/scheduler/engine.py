@@ -50,11 +50,20 @@ _by_seq = attrgetter("seq")
 
 class Engine(Preempting):
     def __init__(
-        self, config: SchedulerConfig, policy: Policy | None = None, *, keep_history: bool = True
+        self,
+        config: SchedulerConfig,
+        policy: Policy | None = None,
+        *,
+        keep_history: bool = True,
+        group_counts: bool = True,
     ) -> None:
         """`keep_history=False` is for the long-running server: the simulator needs every decode
         step's end time and the preemption log to rebuild token times afterwards, a server
-        streams tokens as they happen and would only grow by ~40 bytes a step forever."""
+        streams tokens as they happen and would only grow by ~40 bytes a step forever.
+        `group_counts=False` is for the simulator: the waiting counts per tenant and class
+        (`admission.by_tenant`, `by_class`) are for the server's /metrics and for admission
+        limits; with no limits and nobody to read them, two Counter updates a request each way
+        are skipped (issue 35). `admission.waiting` is always kept."""
         self.config = config
         self.profile = config.profile
         self.policy = policy if policy is not None else config.policy_factory()
@@ -91,6 +100,8 @@ class Engine(Preempting):
         # Always present: with no limits it admits everything and just keeps the waiting counts
         # per tenant and class that the metrics report.
         self.admission = Admission(spec.admission or AdmissionSpec())
+        # per tenant and class counts skipped only without limits (a simulation's spec is fixed)
+        self._skip_counts = not group_counts and self.admission.open_for is not None
         self.cache = PrefixCache(spec.prefix_cache, self.block_size) if spec.prefix_cache else None
         self.preemption = Preemption(
             spec.preemption or PreemptionSpec(), self.profile.kv_bytes_per_token
@@ -139,8 +150,9 @@ class Engine(Preempting):
             verdict = self.policy.enqueue(job, now_ns)
             if verdict.accepted:
                 adm.waiting += 1
-                adm.by_tenant[job.tenant] += 1
-                adm.by_class[job.slo_class] += 1
+                if not self._skip_counts:
+                    adm.by_tenant[job.tenant] += 1
+                    adm.by_class[job.slo_class] += 1
             else:
                 job.status = "rejected"
                 job.reject_code = verdict.code
@@ -159,7 +171,10 @@ class Engine(Preempting):
         """Stop a job wherever it is (client went away). True if it was still live."""
         if job.status == "waiting":
             self.policy.remove(job)
-            self.admission.left_queue(job)
+            if self._skip_counts:
+                self.admission.waiting -= 1
+            else:
+                self.admission.left_queue(job)
             wait_ends(job, now_ns)
         elif job.status == "running":
             rep = self.replicas[job.replica]
@@ -209,6 +224,7 @@ class Engine(Preempting):
         preempting = self._preempting
         take = self._take
         adm = self.admission  # its `waiting` is len(policy), without a call (see step)
+        skip_counts = self._skip_counts
         charge = policy.charge if self._uses_charge else None
         cache = self.cache
         running = rep.running
@@ -264,8 +280,9 @@ class Engine(Preempting):
                 cand.backlog_ns += now_ns - cand.wait_since_ns
                 cand.wait_since_ns = -1
             adm.waiting -= 1  # Admission.left_queue
-            adm.by_tenant[cand.tenant] -= 1
-            adm.by_class[cand.slo_class] -= 1
+            if not skip_counts:
+                adm.by_tenant[cand.tenant] -= 1
+                adm.by_class[cand.slo_class] -= 1
             if cache is not None and cand.block_hashes:
                 cand.cached_tokens = cache.match(cand.block_hashes, cand.prompt_tokens)
             cand.prefill_left = left = cand.prompt_tokens - cand.cached_tokens
