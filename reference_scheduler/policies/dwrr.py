@@ -59,7 +59,7 @@ def default_quantum(cost: str) -> float:
 
 
 class _Class:
-    __slots__ = ("active", "child", "deficit", "key", "quantum")
+    __slots__ = ("active", "child", "deficit", "key", "quantum", "take", "waiting")
 
     def __init__(self, key: Hashable, child: Policy, quantum: float) -> None:
         self.key = key
@@ -67,6 +67,9 @@ class _Class:
         self.quantum = quantum
         self.deficit = 0.0
         self.active = False
+        # per job, without a call: the child's jobs waiting (its len), and its take if any
+        self.waiting = 0
+        self.take = getattr(child, "take", None)
 
 
 class Dwrr(BasePolicy):
@@ -105,6 +108,7 @@ class Dwrr(BasePolicy):
         self._class_of: dict[int, _Class] = {}  # waiting job id -> its class
         self._ring: deque[_Class] = deque()
         self._len = 0
+        self._head_cost = 0.0  # the cost of the job the last peek found affordable
         self.max_turn_end_deficit = 0.0  # for the [0, Max) invariant
         self.turns = 0
 
@@ -123,6 +127,7 @@ class Dwrr(BasePolicy):
         if not verdict.accepted:
             return verdict
         self._class_of[job.id] = cls
+        cls.waiting += 1
         if not cls.active:
             cls.active = True
             cls.deficit = cls.quantum
@@ -142,7 +147,9 @@ class Dwrr(BasePolicy):
                 cls.active = False
                 cls.deficit = 0.0
                 continue
-            if self._cost(job) <= cls.deficit:
+            cost = self._cost(job)
+            if cost <= cls.deficit:
+                self._head_cost = cost  # take's, for this job: not computed twice
                 return cls, job
             self.turns += 1
             if cls.deficit > self.max_turn_end_deficit:
@@ -166,7 +173,8 @@ class Dwrr(BasePolicy):
         cls.deficit -= self._cost(job)
         self._len -= 1
         self.dequeued += 1
-        if not len(cls.child):
+        cls.waiting -= 1
+        if not cls.waiting:
             self._ring.popleft()
             cls.active = False
             self.turns += 1
@@ -177,17 +185,17 @@ class Dwrr(BasePolicy):
         """`dequeue(now_ns)` of the job `peek(now_ns)` just returned (core/policy.py): peek left
         the class that can afford it at the ring's head, so the ring is not advanced again."""
         cls = self._ring[0]
-        take = getattr(cls.child, "take", None)
-        if take is not None:
-            take(job, now_ns)
+        if cls.take is not None:
+            cls.take(job, now_ns)
         else:
             got = cls.child.dequeue(now_ns)
             assert got is job, "a child policy's peek and dequeue disagree"
         del self._class_of[job.id]
-        cls.deficit -= self._cost(job)
+        cls.deficit -= self._head_cost  # what _advance found this job to cost
         self._len -= 1
         self.dequeued += 1
-        if not len(cls.child):
+        cls.waiting -= 1
+        if not cls.waiting:
             self._ring.popleft()
             cls.active = False
             self.turns += 1
@@ -198,6 +206,7 @@ class Dwrr(BasePolicy):
         if cls is None:
             return
         cls.child.remove(job)
+        cls.waiting -= 1
         self._len -= 1
         self.removed += 1
 
