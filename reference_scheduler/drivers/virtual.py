@@ -336,18 +336,7 @@ def simulate(
             if verdict.accepted and idle:
                 kick(now)
             continue
-        if follow is not None:
-            key = heappop(running)
-            now, r = key >> shift, key & mask
-            res = step(r, now)
-            if res is None:
-                heappush(idle, r)
-                continue
-            started(res, r)
-            if res.finished and idle and len(policy):
-                kick(now)
-            continue
-        key = heappop(running)  # a step end, with a timeout or the stop at the same instant
+        key = heappop(running)  # a step end (with a timeout or the stop at the same instant)
         now, r = key >> shift, key & mask
         res = step(r, now)
         if res is None:
