@@ -166,19 +166,8 @@ class Dwrr(BasePolicy):
         found = self._advance(now_ns)
         if found is None:
             return None
-        cls, job = found
-        got = cls.child.dequeue(now_ns)
-        assert got is job, "a child policy's peek and dequeue disagree"
-        del self._class_of[job.id]
-        cls.deficit -= self._cost(job)
-        self._len -= 1
-        self.dequeued += 1
-        cls.waiting -= 1
-        if not cls.waiting:
-            self._ring.popleft()
-            cls.active = False
-            self.turns += 1
-            cls.deficit = 0.0
+        job = found[1]
+        self.take(job, now_ns)  # _advance left its class at the ring's head, as peek does
         return job
 
     def take(self, job: Job, now_ns: int) -> None:
