@@ -27,12 +27,7 @@ from fairbench.plan.model import Plan
 from fairbench.workload.models import Scenario
 from reference_scheduler.core.job import Job, ttft_parts
 from reference_scheduler.core.prefix_cache import salted
-from reference_scheduler.drivers.virtual import (  # the range max: itl, as the driver's
-    SimResult,
-    _range_max,
-    _sparse_max,
-    simulate,
-)
+from reference_scheduler.drivers.virtual import SimResult, decode_itl_max, simulate
 from reference_scheduler.scheduler.config import parse_scheduler_config
 
 
@@ -300,18 +295,15 @@ def _itl_max(
     first: np.ndarray,
     served: np.ndarray,
 ) -> np.ndarray:
-    """`result.itl_max_ns()` (its rule, value for value: tests/test_sim_record_columns.py)
-    from the fields job_fields already read, `eligible` the finished jobs of ≥ 2 tokens: its
+    """`result.itl_max_ns()` (the same `decode_itl_max`, value for value:
+    tests/test_sim_record_columns.py) from the fields job_fields already read, `eligible` the finished jobs of ≥ 2 tokens: its
     loop over every job to group them by replica cost as much as the rest of the stage."""
     out = np.full(len(eligible), -1, dtype=np.int64)
     for i in np.flatnonzero(eligible & preempted).tolist():
         times = result.token_times(result.jobs[i])
         out[i] = int(np.diff(times).max()) if len(times) > 1 else -1
     for r, idx in _by_replica(replica, np.flatnonzero(eligible & ~preempted & (first_step >= 0))):
-        ends = result.decode_ends[r]
-        lo = first_step[idx]
-        inner = _range_max(_sparse_max(np.diff(ends)), lo, lo + served[idx] - 2)
-        out[idx] = np.maximum(ends[lo] - first[idx], inner)
+        out[idx] = decode_itl_max(result.decode_ends[r], first_step[idx], served[idx], first[idx])
     return out
 
 

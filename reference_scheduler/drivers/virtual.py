@@ -89,18 +89,25 @@ class SimResult:
             elif job.first_step >= 0:
                 per_replica.setdefault(job.replica, []).append(i)
         for r, idx in per_replica.items():
-            ends = self.decode_ends[r]
-            gaps = np.diff(ends)
-            table = _sparse_max(gaps)
-            idx_a = np.asarray(idx)
-            first = np.array([self.jobs[i].first_step for i in idx])
-            n_out = np.array([self.jobs[i].max_tokens for i in idx])
-            t_first = np.array([self.jobs[i].first_token_ns for i in idx])
-            lead = ends[first] - t_first  # first token -> second token
-            lo, hi = first, first + n_out - 2  # gaps[lo:hi] join decode steps lo..hi
-            inner = _range_max(table, lo, hi)
-            out[idx_a] = np.maximum(lead, inner)
+            out[np.asarray(idx)] = decode_itl_max(
+                self.decode_ends[r],
+                np.array([self.jobs[i].first_step for i in idx]),
+                np.array([self.jobs[i].max_tokens for i in idx]),
+                np.array([self.jobs[i].first_token_ns for i in idx]),
+            )
         return out
+
+
+def decode_itl_max(
+    ends: np.ndarray, first_step: np.ndarray, tokens: np.ndarray, first_token_ns: np.ndarray
+) -> np.ndarray:
+    """Largest gap between consecutive tokens of jobs of ≥ 2 tokens that decoded on one
+    replica without a preemption: `ends` its decode steps' end times, a job's second token at
+    the end of its `first_step`, then one a step. The first token to the second, or the
+    largest of the steps' gaps it spans (a sparse table: one range max per job)."""
+    lead = ends[first_step] - first_token_ns  # first token -> second token
+    lo, hi = first_step, first_step + tokens - 2  # gaps[lo:hi] join decode steps lo..hi
+    return np.maximum(lead, _range_max(_sparse_max(np.diff(ends)), lo, hi))
 
 
 def _sparse_max(values: np.ndarray) -> list[np.ndarray]:
