@@ -296,8 +296,9 @@ def _itl_max(
     served: np.ndarray,
 ) -> np.ndarray:
     """`result.itl_max_ns()` (the same `decode_itl_max`, value for value:
-    tests/test_sim_record_columns.py) from the fields job_fields already read, `eligible` the finished jobs of ≥ 2 tokens: its
-    loop over every job to group them by replica cost as much as the rest of the stage."""
+    tests/test_sim_record_columns.py) from the fields job_fields already read, `eligible`
+    the finished jobs of ≥ 2 tokens: its loop over every job to group them by replica cost
+    as much as the rest of the stage."""
     out = np.full(len(eligible), -1, dtype=np.int64)
     for i in np.flatnonzero(eligible & preempted).tolist():
         times = result.token_times(result.jobs[i])
