@@ -34,6 +34,7 @@ from fairbench.analysis import server_metrics as sm
 from fairbench.decide.compare import compare_dirs
 from tests.cli import REPO, run_cli
 from tests.engines.load import operating_point, probe
+from tests.engines.valid_run import valid_run
 from tests.engines.vllm_server import VLLMServer
 
 SCENARIO = REPO / "scenarios" / "vllm-priority.yaml"
@@ -52,6 +53,7 @@ def test_vllm_priority_beats_fcfs_for_interactive(
     python, model = vllm_model
     runs: dict[str, Path] = {}
     point: list[str] = []  # the flood's rate, from a probe of the first engine
+    notes: list[str] = []
     for policy in ("fcfs", "priority"):
         log = tmp_path / f"vllm-{policy}.log"
         out = tmp_path / policy
@@ -61,18 +63,20 @@ def test_vllm_priority_beats_fcfs_for_interactive(
                 point = ["--set", operating_point(tmp_path / "probe.yaml", SCENARIO, "flood", LOAD)]
                 sys.stderr.write(f"operating point {point[1]} (load {LOAD:g})\n")
             # as a user runs it: its own process (not pytest's, with all it has imported)
-            proc = run_cli(
-                "run",
+            # (run again once if the generator invalidated it: tests/engines/valid_run.py)
+            proc = valid_run(
+                run_cli,
+                out,
                 str(SCENARIO),
-                "--out",
-                str(out),
                 "--target-url",
                 server.url,
                 "--quiet",
                 *point,
                 *DURATION,
-                timeout=600,
+                log=notes,
             )
+            sys.stderr.writelines(notes)
+            notes.clear()
         assert proc.returncode == 0, (policy, proc.stdout[-2000:], proc.stderr[-2000:])
         runs[policy] = out
         summary = json.loads((out / "summary.json").read_text())
