@@ -90,8 +90,8 @@ def test_fit_recovers_the_servers_profile(fitted: Path) -> None:
     assert fit["design"]["seed"] == 3  # --seed reached the probe's prompts
     kinds = {row["kind"] for row in fit["points"]}
     assert kinds == {"prefill", "decode", "mixed"}  # the step fit's points
-    # ... and the load and idle phases' observations, kept for a merge
-    assert {row["kind"] for row in fit["data"]} == {*kinds, "load", "idle"}
+    # ... and the arrival, load and idle phases' observations, kept for a merge
+    assert {row["kind"] for row in fit["data"]} == {*kinds, "arrival", "load", "idle"}
     assert fit["rms_relative_residual"] < 0.1  # the form fits the engine it came from
     for key, true in TRUTH.items():
         got, se = doc[key], fit["stderr"][key]

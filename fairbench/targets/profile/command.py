@@ -113,6 +113,9 @@ def coefficient_rows(fit: Fit) -> list[tuple[str, str, str]]:
     if fit.front_end is not None:
         fe = fit.front_end
         rows.append(("front end (core)", f"{fe['core_ms']:.4g}", f"MAD {fe['mad_ms']:.2g}"))
+    if fit.arrival is not None:
+        arr = fit.arrival
+        rows.append(("arrival (direct)", f"{arr['cost_ms']:.4g}", f"MAD {arr['mad_ms']:.2g}"))
     if fit.idle is not None:
         idle = fit.idle
         rows.append(("idle wake", f"{idle['wake_ms']:.4g}", f"MAD {idle['mad_ms']:.2g}"))

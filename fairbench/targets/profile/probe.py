@@ -15,6 +15,8 @@ from fairbench.targets.profile.client import (
     Client,
 )
 from fairbench.targets.profile.model import (
+    ARRIVAL_SPACING,
+    ARRIVAL_WINDOW,
     Observation,
     ProbeDesign,
     Progress,
@@ -59,8 +61,38 @@ def gap_at(streams: Sequence[Stream], at_ns: int) -> float | None:
         if k < 4:
             continue
         before = float(np.median(np.diff(t[: k - 1])))
-        steps.append(float(t[k] - t[k - 2]) - before)
+        steps.append(float(min(t[k], at_ns) - t[k - 2]) - before)
     return float(np.median(steps)) / 1e6 if steps else None
+
+
+def arrival_costs(streams: Sequence[Stream], sent_ns: Sequence[int]) -> list[float | None]:
+    """What each request sent at `sent_ns` (ms) added to the full batch's decode steps while it
+    waited: per decode stream, the ARRIVAL_WINDOW gaps from the one it was sent in, less as
+    many of the stream's median gap outside every window (over the stretch where every stream
+    decodes); the median over streams (None where no stream holds its whole window). Why a
+    window of gaps and not one: a token stamped late by the client shortens the next gap as it
+    lengthens its own, and a sum over the window cancels it."""
+    start = max(s.token_ns[0] for s in streams)
+    end = min(s.token_ns[-1] for s in streams)
+    per: list[list[float]] = [[] for _ in sent_ns]
+    for s in streams:
+        t = np.array(s.token_ns, dtype=np.int64)
+        gaps = np.diff(t)  # gaps[i]: the step that ended with token i + 1
+        steady = (t[:-1] >= start) & (t[1:] <= end)
+        windows = []
+        for at in sent_ns:
+            first = int(np.searchsorted(t, at, side="right")) - 1  # the gap it was sent in
+            windows.append(range(first, first + ARRIVAL_WINDOW))
+        outside = steady.copy()
+        for w in windows:
+            outside[[i for i in w if 0 <= i < len(gaps)]] = False
+        if outside.sum() < 3:
+            continue
+        base = float(np.median(gaps[outside]))
+        for k, w in enumerate(windows):
+            if w.start >= 0 and w.stop <= len(gaps) and steady[w.start : w.stop].all():
+                per[k].append(float(gaps[w.start : w.stop].sum()) - ARRIVAL_WINDOW * base)
+    return [float(np.median(v)) / 1e6 if v else None for v in per]
 
 
 def load_gap_ms(obs: Sequence[Observation], prompt: int, output: int, batch: int) -> float:
@@ -89,8 +121,8 @@ def context_at(streams: Sequence[Stream], at_ns: int) -> int:
 async def one_round(
     client: Client, design: ProbeDesign, key: int, say: Progress
 ) -> list[Observation]:
-    """The four phases once: every prefill length (`prefill_reps` times), every decode
-    configuration, every mixed step, the load."""
+    """The phases once: every prefill length (`prefill_reps` times), every decode
+    configuration, every mixed step, the arrivals, the load, the idle pairs."""
     obs: list[Observation] = []
     lengths = design.prefill_lengths()
     configs = [
@@ -107,13 +139,19 @@ async def one_round(
         if n + batch <= design.max_num_batched_tokens
         and design.fits_kv(batch + 1, max(n, 32), tokens)
     ]
+    # the arrival phase: a full batch of decodes, and the mixed points' prompts arriving while
+    # no slot is free (an engine that does not say its max_num_seqs and was not told: none)
+    full = design.max_num_seqs
+    arrive = design.arrival_tokens(len(mixed))
+    queued = mixed if max(design.batches()) == full and design.fits_kv(full, 32, arrive) else []
     _, load_prompt, load_output = design.load_shape()  # the longest prompt, for the checks
     burst = design.burst()
     running = min(burst, design.max_num_seqs)  # at most this many hold KV at once
     load = burst > 0 and design.fits_kv(running, load_prompt, load_output)
     idle_prompt = min(design.idle_prompt, design.longest_prompt())
     total = (
-        len(lengths) * design.prefill_reps + len(configs) + len(mixed) + int(load)
+        len(lengths) * design.prefill_reps + len(configs) + len(mixed) + int(bool(queued))
+        + int(load)
         + design.idle_reps
     )  # fmt: skip
     done = 0
@@ -155,6 +193,9 @@ async def one_round(
             n_real = int(long.prompt_tokens or n)
             obs.append(Observation("mixed", n_real, batch, context, gap, f"mixed {n}+{batch}"))
         step("mixed")
+    if queued:
+        obs += await arrivals(client, full, arrive, queued)
+        step("arrival")
     # the load's requests are sent one after another, a little faster than this round's steps
     # say the engine serves them: a queue builds, so every request after the first arrives at
     # a busy engine, spread over its steps as a live run's arrivals are
@@ -195,6 +236,37 @@ async def one_round(
             Observation("idle", n_real, 0, 0, extra, f"idle {idle_prompt}", design.idle_gap_ms)
         )
         step("idle")
+    return obs
+
+
+async def arrivals(
+    client: Client, full: int, tokens: int, prompts: Sequence[int]
+) -> list[Observation]:
+    """The arrival phase: `full` (the engine's max_num_seqs) streams of 32-token prompts and
+    `tokens` output tokens, and once they all decode, each of `prompts` sent (`max_tokens=1`)
+    ARRIVAL_SPACING steps after the one before. No slot is free, so each waits, and what it
+    adds to the decode steps it arrives among is its front end alone (`arrival_costs`): the
+    server parsing and tokenising it, and whatever an engine charges an arrival, with no
+    prefill in the step. An arrival whose first token came before the decodes ended was
+    admitted (the engine takes more than it said), and is left out."""
+    live = [Stream(0) for _ in range(full)]
+    decoders = [asyncio.create_task(client.stream(32, tokens, s)) for s in live]
+    waiting: list[tuple[Stream, asyncio.Task[Stream]]] = []
+    for i, n in enumerate(prompts):
+        await _until(live, 3 + i * ARRIVAL_SPACING, decoders)
+        out = Stream(0)
+        waiting.append((out, asyncio.create_task(client.stream(n, 1, out))))
+    streams = await asyncio.gather(*decoders)
+    await asyncio.gather(*(task for _, task in waiting))
+    ended = min(s.token_ns[-1] for s in streams)
+    costs = arrival_costs(streams, [out.sent_ns for out, _ in waiting])
+    obs = []
+    for n, (out, _), ms in zip(prompts, waiting, costs, strict=True):
+        if ms is None or out.token_ns[0] < ended:
+            continue
+        n_real = int(out.prompt_tokens or n)
+        context = context_at(streams, out.sent_ns)
+        obs.append(Observation("arrival", n_real, full, context, ms, f"arrival {n}"))
     return obs
 
 
