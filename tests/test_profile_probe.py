@@ -233,7 +233,10 @@ def test_the_front_ends_core_time_is_measured(fitted: Path, tmp_path: Path) -> N
     assert abs(fitted_burst / truth - 1) <= 0.02, (fitted_burst, truth, gap, block)
     plain = yaml.safe_load(fitted.read_text())
     none = plain["front_end_core_ms"]
-    assert 0.0 <= none <= FRONT_END_SLACK_MS, none
+    # the server without a charge: its busy cost is `a`'s alone. Not its charge near 0: its
+    # own loop parsing each arriving request is a front end too, which the load phase charges
+    # now that `a` no longer carries it (0.3-1.3 ms at load 1.5, more on a loaded machine)
+    assert none >= 0.0 and abs(plain["a"] + none - TRUTH["a"]) <= FRONT_END_SLACK_MS, none
     # told apart from the server without a charge: the busy cost differs by the charge. A
     # difference of two probes' estimates, each held within the slack above, so within
     # sqrt(2) x the slack (CI measured 3.42 ms here: the charged server's busy cost 2.2 ms
