@@ -1,5 +1,6 @@
-"""What the load phase measures beyond the fit (idle wake, burst makespan, front-end core),
-and `fit`, which joins them to the coefficients' fit.
+"""What the probe measures beyond the step fit (the arrival cost, taken out of the mixed steps
+before it; idle wake, burst makespan, front-end core), and `fit`, which joins them to the
+coefficients' fit.
 
 Pure functions of observations and a fit; imports fit.py and the values.
 """
