@@ -126,8 +126,9 @@ counted per event, as its chunks say.
 
 The package, one job per module: model (the values), client (HTTP), detect (which engine,
 its limits), probe (the experiment), fit (the coefficients), load (arrival cost, idle wake,
-burst, front-end core), emit (the profile document, the whole run), merge (several probes into one fit), files
-(the YAML written and read), command (what `fairbench profile` checks and prints).
+burst, front-end core), emit (the profile document, the whole run), merge (several probes
+into one fit), files (the YAML written and read), command (what `fairbench profile` checks
+and prints).
 """
 
 from __future__ import annotations
