@@ -107,8 +107,8 @@ def merged_rows(merged: dict[str, Any]) -> list[tuple[str, str, str, str]]:
 
 def coefficient_rows(fit: Fit) -> list[tuple[str, str, str]]:
     """(coefficient, value, spread): each fitted coefficient with its standard error, then the
-    front end's core time and the idle wake, each a median with its median absolute
-    deviation."""
+    front end's core time, the arrival phase's direct measure of the same thing, and the idle
+    wake, each a median with its median absolute deviation."""
     rows = [(k, f"{v:.4g}", f"{fit.stderr[k]:.2g}") for k, v in fit.coefficients.items()]
     if fit.front_end is not None:
         fe = fit.front_end
