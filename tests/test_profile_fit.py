@@ -177,6 +177,12 @@ def test_the_arrival_window_reads_what_the_steps_gained() -> None:
     assert arrival_costs(streams, sent) == [pytest.approx(3.0), None]
     assert arrival_costs([_stream(late)], [int(52e6)]) == [pytest.approx(3.0)]
     assert arrival_costs([_stream([10.0] * 3)], [int(2e6)]) == [None]
+    # steps that grow with the context (0.1 ms a step here): read against the line they lie
+    # on, not their median, which the middle's gap sets (here 1 ms above the window's)
+    growing = [10.0 + 0.1 * i for i in range(30)]
+    growing[6] += 3.0
+    t = np.cumsum([0.0, *growing])
+    assert arrival_costs([_stream(growing)], [int((t[5] + 2.0) * 1e6)]) == [pytest.approx(3.0)]
 
 
 def test_the_mixed_step_ends_at_its_first_output() -> None:

@@ -153,7 +153,7 @@ def arrival_line(arrival: Sequence[Observation]) -> tuple[float, float]:
     of them, not each length's median: on a loaded machine one arrival reads ±3 ms (its window
     is three gaps of a noisy batch), and two rounds' median per length moved `a` by as much,
     where a line takes every observation for each length; and a longer prompt costs more to
-    parse and tokenise (the reference server: 0.4-1.6 ms more at 1,024 tokens than at 256)."""
+    parse and tokenise (the reference server: 1-2 ms more at 1,024 tokens than at 256)."""
     n = np.array([o.n for o in arrival], dtype=float)
     ms = np.array([o.ms for o in arrival], dtype=float)
     i, j = np.triu_indices(len(n), 1)

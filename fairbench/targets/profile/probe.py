@@ -67,11 +67,14 @@ def gap_at(streams: Sequence[Stream], at_ns: int) -> float | None:
 
 def arrival_costs(streams: Sequence[Stream], sent_ns: Sequence[int]) -> list[float | None]:
     """What each request sent at `sent_ns` (ms) added to the full batch's decode steps while it
-    waited: per decode stream, the ARRIVAL_WINDOW gaps from the one it was sent in, less as
-    many of the stream's median gap outside every window (over the stretch where every stream
-    decodes); the median over streams (None where no stream holds its whole window). Why a
-    window of gaps and not one: a token stamped late by the client shortens the next gap as it
-    lengthens its own, and a sum over the window cancels it."""
+    waited: per decode stream, the ARRIVAL_WINDOW gaps from the one it was sent in, less what
+    the stream's gaps outside every window (over the stretch where every stream decodes) put
+    there: a line in the token's index, its slope by least squares and its level the median;
+    the median over streams (None where no stream holds its whole window). Why a window of
+    gaps and not one: a token stamped late by the client shortens the next gap as it lengthens
+    its own, and a sum over the window cancels it. Why a line, not the median gap: each step
+    adds the batch's tokens to the context, so the gaps grow (the reference server: 0.03 ms a
+    step), and the first arrival, read against the middle's gap, came out 0.5-0.75 ms low."""
     start = max(s.token_ns[0] for s in streams)
     end = min(s.token_ns[-1] for s in streams)
     per: list[list[float]] = [[] for _ in sent_ns]
@@ -88,10 +91,13 @@ def arrival_costs(streams: Sequence[Stream], sent_ns: Sequence[int]) -> list[flo
             outside[[i for i in w if 0 <= i < len(gaps)]] = False
         if outside.sum() < 3:
             continue
-        base = float(np.median(gaps[outside]))
+        at = np.flatnonzero(outside)
+        slope = float(np.polyfit(at, gaps[at], 1)[0])
+        level = float(np.median(gaps[at] - slope * at))
         for k, w in enumerate(windows):
             if w.start >= 0 and w.stop <= len(gaps) and steady[w.start : w.stop].all():
-                per[k].append(float(gaps[w.start : w.stop].sum()) - ARRIVAL_WINDOW * base)
+                base = ARRIVAL_WINDOW * level + slope * sum(w)
+                per[k].append(float(gaps[w.start : w.stop].sum()) - base)
     return [float(np.median(v)) / 1e6 if v else None for v in per]
 
 
@@ -256,8 +262,9 @@ async def arrivals(
         await _until(live, 3 + i * ARRIVAL_SPACING, decoders)
         out = Stream(0)
         waiting.append((out, asyncio.create_task(client.stream(n, 1, out))))
-    streams = await asyncio.gather(*decoders)
-    await asyncio.gather(*(task for _, task in waiting))
+    # one gather for both, so a request that fails leaves none of the others running
+    done = await asyncio.gather(*decoders, *(task for _, task in waiting))
+    streams = done[:full]
     ended = min(s.token_ns[-1] for s in streams)
     costs = arrival_costs(streams, [out.sent_ns for out, _ in waiting])
     obs = []
