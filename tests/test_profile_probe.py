@@ -226,6 +226,12 @@ def test_the_front_ends_core_time_is_measured(fitted: Path, tmp_path: Path) -> N
     assert block["core_ms"] == got and block["observations"] >= 1, block
     busy = doc["a"] + got  # what a request arriving at a busy engine costs it
     assert abs(busy - (TRUTH["a"] + FRONT_END_MS)) <= FRONT_END_SLACK_MS, (doc["a"], block)
+    # the arrival phase measures the charge directly (one request arriving at a full batch),
+    # and taken out of the mixed steps it leaves `a` the step's own: before the phase, the
+    # mixed steps carried the charge into `a` (8.9-11.2 for 8 on this server), now 6.4-8.9
+    arrival = doc["fit"]["arrival"]
+    assert abs(arrival["cost_ms"] - FRONT_END_MS) <= FRONT_END_SLACK_MS, arrival
+    assert abs(doc["a"] - TRUTH["a"]) <= 0.2 * TRUTH["a"], (doc["a"], arrival, block)
     # at the gap the probe sent its bursts with (the round's own estimate of a request's cost)
     gap = float(np.median([r["gap_ms"] for r in doc["fit"]["data"] if r["kind"] == "load"]))
     truth = _burst_ms(TRUTH, FRONT_END_MS, gap)
@@ -233,10 +239,12 @@ def test_the_front_ends_core_time_is_measured(fitted: Path, tmp_path: Path) -> N
     assert abs(fitted_burst / truth - 1) <= 0.02, (fitted_burst, truth, gap, block)
     plain = yaml.safe_load(fitted.read_text())
     none = plain["front_end_core_ms"]
-    # the server without a charge: its busy cost is `a`'s alone. Not its charge near 0: its
-    # own loop parsing each arriving request is a front end too, which the load phase charges
-    # now that `a` no longer carries it (0.3-1.3 ms at load 1.5, more on a loaded machine)
-    assert none >= 0.0 and abs(plain["a"] + none - TRUTH["a"]) <= FRONT_END_SLACK_MS, none
+    # the server without a charge: the arrival phase reads about 0 (0-0.6 ms, its own loop
+    # parsing the request), and so does the load phase's charge, within twice the slack: with
+    # `a` no longer carrying the loop's lateness, the charge does, and a burst 1% slower
+    # (the machine's load) is 2 ms of it (0-3.3 ms over eight probes at load 1-2.4)
+    assert plain["fit"]["arrival"]["cost_ms"] <= FRONT_END_SLACK_MS, plain["fit"]["arrival"]
+    assert 0.0 <= none <= 2 * FRONT_END_SLACK_MS, none
     # told apart from the server without a charge: the busy cost differs by the charge. A
     # difference of two probes' estimates, each held within the slack above, so within
     # sqrt(2) x the slack (CI measured 3.42 ms here: the charged server's busy cost 2.2 ms

@@ -158,9 +158,9 @@ class ProbeDesign:
 
     def arrival_tokens(self, arrivals: int) -> int:
         """The arrival phase's decode length: `decode_tokens`, or enough for `arrivals`
-        requests ARRIVAL_SPACING steps apart after the first 3 tokens, the last one's window
-        of ARRIVAL_WINDOW gaps, and steps to spare."""
-        return max(self.decode_tokens, 3 + ARRIVAL_SPACING * arrivals + ARRIVAL_WINDOW + 1)
+        requests ARRIVAL_SPACING steps apart after the first 3 tokens, and the last one's
+        window of ARRIVAL_WINDOW gaps with as many after it."""
+        return max(self.decode_tokens, 3 + ARRIVAL_SPACING * arrivals + 2 * ARRIVAL_WINDOW)
 
     def fits_kv(self, batch: int, prompt: int, output: int) -> bool:
         kv = self.kv_cache_tokens

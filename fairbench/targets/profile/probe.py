@@ -67,14 +67,15 @@ def gap_at(streams: Sequence[Stream], at_ns: int) -> float | None:
 
 def arrival_costs(streams: Sequence[Stream], sent_ns: Sequence[int]) -> list[float | None]:
     """What each request sent at `sent_ns` (ms) added to the full batch's decode steps while it
-    waited: per decode stream, the ARRIVAL_WINDOW gaps from the one it was sent in, less what
-    the stream's gaps outside every window (over the stretch where every stream decodes) put
-    there: a line in the token's index, its slope by least squares and its level the median;
-    the median over streams (None where no stream holds its whole window). Why a window of
-    gaps and not one: a token stamped late by the client shortens the next gap as it lengthens
-    its own, and a sum over the window cancels it. Why a line, not the median gap: each step
-    adds the batch's tokens to the context, so the gaps grow (the reference server: 0.03 ms a
-    step), and the first arrival, read against the middle's gap, came out 0.5-0.75 ms low."""
+    waited: per decode stream, the ARRIVAL_WINDOW gaps from the one it was sent in, less as
+    many of the median of the gaps either side of them (ARRIVAL_WINDOW before and after, in
+    no window, where every stream decodes); the median over streams (None where no stream
+    holds its whole window and a gap either side). Why a window of gaps and not one: a token
+    stamped late by the client shortens the next gap as it lengthens its own, and a sum over
+    the window cancels it. Why the gaps either side, not the batch's median gap: each step adds
+    the batch's tokens to the context, so the gaps grow (the reference server: 0.03 ms a step),
+    and the first arrival, read against the middle's gap, came out 0.5-0.75 ms low; the gaps
+    either side of it lie as far above the line as below."""
     start = max(s.token_ns[0] for s in streams)
     end = min(s.token_ns[-1] for s in streams)
     per: list[list[float]] = [[] for _ in sent_ns]
@@ -89,15 +90,15 @@ def arrival_costs(streams: Sequence[Stream], sent_ns: Sequence[int]) -> list[flo
         outside = steady.copy()
         for w in windows:
             outside[[i for i in w if 0 <= i < len(gaps)]] = False
-        if outside.sum() < 3:
-            continue
-        at = np.flatnonzero(outside)
-        slope = float(np.polyfit(at, gaps[at], 1)[0])
-        level = float(np.median(gaps[at] - slope * at))
         for k, w in enumerate(windows):
-            if w.start >= 0 and w.stop <= len(gaps) and steady[w.start : w.stop].all():
-                base = ARRIVAL_WINDOW * level + slope * sum(w)
-                per[k].append(float(gaps[w.start : w.stop].sum()) - base)
+            if not (w.start >= 0 and w.stop <= len(gaps) and steady[w.start : w.stop].all()):
+                continue
+            near = range(w.start - ARRIVAL_WINDOW, w.stop + ARRIVAL_WINDOW)
+            before = [i for i in near if 0 <= i < w.start and outside[i]]
+            after = [i for i in near if w.stop <= i < len(gaps) and outside[i]]
+            if before and after:
+                base = float(np.median(gaps[before + after]))
+                per[k].append(float(gaps[w.start : w.stop].sum()) - ARRIVAL_WINDOW * base)
     return [float(np.median(v)) / 1e6 if v else None for v in per]
 
 
