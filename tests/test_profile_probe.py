@@ -157,7 +157,8 @@ def test_the_step_floor_is_fitted(tmp_path: Path) -> None:
     within 2% on the quieter runs, up to 3% (d 20.6, f 0.00411) on the loaded ones, which the
     fit's standard errors cover; `a` 7.4-8.3 with the floor, and 8.9-11.9 over five probes of
     the server without one (the fit trades b down 5% and c up against `a` when the longest
-    prefills run late), hence 4 standard errors plus half its value, as for the fit above."""
+    prefills run late), hence 4 standard errors plus half its value, as for the fit above.
+    With the arrival phase (load 1-2): floor 29.8-30.0, `a` 7.3-8.7 over three probes."""
     out = tmp_path / "floor.yaml"
     profile_known(out, front_end_ms=0.0, budget=50, rounds=2, seed=6, floor=FLOOR_MS)
     doc = yaml.safe_load(out.read_text())
