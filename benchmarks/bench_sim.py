@@ -16,18 +16,25 @@
    a steady depth, µs per decision. DWRR should stay flat, WFQ grow logarithmically.
 
     python benchmarks/bench_sim.py [--minutes 10] [--policies fifo,dwrr,vtc,three-tier]
-                                   [--depth-max 1000000] [--skip-sim]
+                                   [--depth-max 1000000] [--skip-sim] [--stages]
+
+`--stages` adds, per policy, the CPU seconds of each stage outside the engine (a CPU timer
+wrapped around each function named in STAGES, no profiler: a profiler's per-call cost skews
+Python-heavy stages against numpy ones). Timers are inclusive: a stage nested in another (the
+summary's parts, marked ·) is counted in both.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from _common import finish, peak_rss_mb, show, verdict
@@ -39,7 +46,62 @@ CLASSES = ("interactive", "batch", "best-effort")
 FLEET = Path(__file__).resolve().parent.parent / "scenarios" / "fleet-80.yaml"
 
 
-def one_run(policy: str, minutes: float, out: Path) -> dict[str, float]:
+# (label, module, attribute): the functions `--stages` times; "Class.method" for a classmethod
+STAGES = (
+    ("plan (materialize)", "fairbench.run.measure", "materialize"),
+    ("jobs (plan_jobs)", "fairbench.targets.sim", "plan_jobs"),
+    ("records: job fields", "fairbench.targets.sim", "job_fields"),
+    ("records: columns", "fairbench.targets.sim", "columns_of"),
+    ("records: Arrow table", "fairbench.run.measure", "records_table"),
+    ("accounting", "fairbench.pipeline", "check_accounting"),
+    ("records.parquet write", "fairbench.pipeline", "write_records"),
+    ("records frame", "fairbench.pipeline", "records_frame"),
+    ("generator health", "fairbench.pipeline", "generator_health"),
+    ("summary", "fairbench.pipeline", "build_summary"),
+    ("· Cols.of", "fairbench.analysis.columns", "Cols.of"),
+    ("· unloaded_ns", "fairbench.analysis.summary", "unloaded_ns"),
+    ("· latencies", "fairbench.analysis.summary", "_latencies"),
+    ("· latency_cis", "fairbench.analysis.summary", "latency_cis"),
+    ("· group_block", "fairbench.analysis.summary", "group_block"),
+    ("· backlogged_fairness", "fairbench.analysis.summary", "backlogged_fairness"),
+    ("· fairness_block", "fairbench.analysis.summary", "fairness_block"),
+    ("· slowdown_block", "fairbench.analysis.summary", "slowdown_block"),
+    ("· starvation_block", "fairbench.analysis.summary", "starvation_block"),
+    ("· fairness_over_time", "fairbench.analysis.summary", "fairness_over_time"),
+    ("· drift_block", "fairbench.analysis.summary", "drift_block"),
+    ("· queue_depth_block", "fairbench.analysis.summary", "queue_depth_block"),
+    ("· metrics_block", "fairbench.analysis.summary", "metrics_block"),
+    ("· isolation detail", "fairbench.analysis.summary", "_isolation_detail"),
+    ("· session_block", "fairbench.analysis.summary", "session_block"),
+)
+
+
+def time_stages() -> dict[str, float]:
+    """Wrap each STAGES function, where its caller looks it up, with a CPU timer; the returned
+    dict fills in as the run goes (label -> CPU s)."""
+    spent: dict[str, float] = {}
+    for label, module_name, attr in STAGES:
+        owner: object = importlib.import_module(module_name)
+        *path, name = attr.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+        inner = getattr(owner, name)
+        spent[label] = 0.0
+
+        def timed(*args: object, _f: object = inner, _k: str = label, **kwargs: object) -> object:
+            c = time.process_time()
+            try:
+                return _f(*args, **kwargs)  # type: ignore[operator]
+            finally:
+                spent[_k] += time.process_time() - c
+                if not _k.startswith("·"):  # the high-water mark once this stage has run
+                    spent[f"peak RSS MB after {_k}"] = peak_rss_mb()
+
+        setattr(owner, name, staticmethod(timed) if path else timed)
+    return spent
+
+
+def one_run(policy: str, minutes: float, out: Path, stages: bool = False) -> dict[str, Any]:
     """One end-to-end fleet run in this process (a fresh one: the caller spawns it), timed by
     stage; the engine's own time is read by wrapping the `simulate` that run_sim calls."""
     start, cpu0 = time.perf_counter(), time.process_time()
@@ -71,11 +133,16 @@ def one_run(policy: str, minutes: float, out: Path) -> dict[str, float]:
             engine["cpu_s"] += time.process_time() - c
 
     sim_target.simulate = timed  # type: ignore[assignment]
+    spent = time_stages() if stages else {}
+    imported_cpu = time.process_time() - cpu0
     outcome = run_scenario(scn, RunOptions(out=out / policy, progress=False))
-    ran = time.perf_counter()
+    ran, ran_cpu = time.perf_counter(), time.process_time()
     write_run_report(outcome.run_dir)
     done = time.perf_counter()
+    spent = {"imports": imported_cpu, **spent, "engine": engine["cpu_s"]}
+    spent["report"] = time.process_time() - ran_cpu
     return {
+        "stages": spent,
         "requests": outcome.summary["accounting"]["planned"],
         "wall_s": done - start,
         "import_s": imported - start,
@@ -91,18 +158,21 @@ def one_run(policy: str, minutes: float, out: Path) -> dict[str, float]:
     }
 
 
-def sim_speed(policies: list[str], minutes: float) -> None:
+def sim_speed(policies: list[str], minutes: float, stages: bool = False) -> None:
     rows = []
+    stage_cols: dict[str, dict[str, float]] = {}
     base = None
     with tempfile.TemporaryDirectory() as tmp:
         for name in policies:
             proc = subprocess.run(
-                [sys.executable, __file__, "--one", name, "--minutes", str(minutes), "--out", tmp],
+                [sys.executable, __file__, "--one", name, "--minutes", str(minutes), "--out", tmp]
+                + (["--stages"] if stages else []),
                 capture_output=True,
                 text=True,
                 check=True,
             )
             r = json.loads(proc.stdout.strip().splitlines()[-1])
+            stage_cols[name] = {**r["stages"], "whole run": r["cpu_s"]}
             speed = r["requests"] / r["wall_s"]
             core = r["requests"] / r["engine_s"]
             base = base or speed
@@ -147,6 +217,13 @@ def sim_speed(policies: list[str], minutes: float) -> None:
         ],
         rows,
     )
+    if stages:
+        labels = list(dict.fromkeys(k for cols in stage_cols.values() for k in cols))
+        show(
+            "CPU s per stage (inclusive; · = part of the summary), and the peak RSS after each",
+            ["stage", *stage_cols],
+            [[k, *[f"{stage_cols[p].get(k, 0.0):.2f}" for p in stage_cols]] for k in labels],
+        )
 
 
 def decision_cost(policies: list[str], depths: list[int]) -> None:
@@ -208,14 +285,15 @@ def main() -> None:
     parser.add_argument("--policies", default="fifo,dwrr,vtc,three-tier")
     parser.add_argument("--depth-max", type=int, default=1_000_000)
     parser.add_argument("--skip-sim", action="store_true")
+    parser.add_argument("--stages", action="store_true", help="CPU s per stage outside the engine")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # the child: one policy's run
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(one_run(args.one, args.minutes, args.out)))
+        print(json.dumps(one_run(args.one, args.minutes, args.out, args.stages)))
         return
     if not args.skip_sim:
-        sim_speed(args.policies.split(","), args.minutes)
+        sim_speed(args.policies.split(","), args.minutes, args.stages)
     depths = [d for d in (100, 1_000, 10_000, 100_000, 1_000_000) if d <= args.depth_max]
     decision_cost(["fifo", "dwrr", "wfq", "vtc", "sfq", "three-tier"], depths)
     finish()

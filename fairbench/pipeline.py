@@ -27,6 +27,7 @@ from fairbench.analysis.summary import build_summary, measurement_window
 from fairbench.plan.model import Plan
 from fairbench.run.live import Progress
 from fairbench.run.measure import Measurement, measure
+from fairbench.run.memory import release_freed_memory
 from fairbench.run.records import check_accounting, records_frame, records_table, write_records
 from fairbench.run.recovery import read_partial
 from fairbench.run.rundir import RunOptions, write_json
@@ -57,7 +58,10 @@ def run_scenario(
     wherever it ran (a sweep's point in this process, a pool's or a Ray task's)."""
     wall, cpu = time.monotonic(), os.times()
     m = measure(scn, options, progress)
-    return finish(m, None if scn.target.kind == "sim" else _machine_load(wall, cpu))
+    outcome = finish(m, None if scn.target.kind == "sim" else _machine_load(wall, cpu))
+    del m  # the plan and the records: the caller's report reads them back from disk
+    release_freed_memory()
+    return outcome
 
 
 def _machine_load(wall: float, cpu: os.times_result) -> MachineLoad:

@@ -20,15 +20,20 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from fairbench.analysis import censored
+from fairbench.analysis import censored, frame_memo
 
 
 def wait_intervals(
     df: pd.DataFrame, timeout_s: float | None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(start ns, end ns, from the scheduler) per request; NaN where the request never waited
-    for the scheduler (never passed over, or rejected)."""
-    col = lambda name: df[name].to_numpy(dtype=np.float64, na_value=np.nan)  # noqa: E731
+    for the scheduler (never passed over, or rejected). Kept while a summary is built: its
+    timeline and its backlog basis both read it (frame_memo)."""
+    return frame_memo.memo(df, ("wait_intervals", timeout_s), lambda: _waits(df, timeout_s))
+
+
+def _waits(df: pd.DataFrame, timeout_s: float | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    col = lambda name: censored._col(df, name)  # noqa: E731
     seen = censored.last_seen_ns(df, timeout_s)
     first = censored.first_response_ns(df)
     admitted = censored.admitted(df)

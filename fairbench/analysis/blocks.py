@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fairbench.analysis import censored
+from fairbench.analysis import censored, frame_memo
 from fairbench.analysis import metrics as m
 from fairbench.analysis.drift import drift
 from fairbench.analysis.fairness import service_difference
@@ -28,6 +28,10 @@ from fairbench.workload.models import Scenario
 
 def unloaded_ns(df: pd.DataFrame, scn: Scenario) -> tuple[np.ndarray, str]:
     """Each request's latency alone on the engine, and the basis used."""
+    return frame_memo.memo(df, ("unloaded_ns", id(scn)), lambda: _unloaded_ns(df, scn))
+
+
+def _unloaded_ns(df: pd.DataFrame, scn: Scenario) -> tuple[np.ndarray, str]:
     prompt = df["prompt_tokens"].to_numpy(dtype=float)
     output = df["output_tokens"].to_numpy(dtype=float)
     if scn.target.kind in ("sim", "reference"):
@@ -57,18 +61,21 @@ def slowdown_block(df: pd.DataFrame, scn: Scenario) -> dict[str, Any]:
     obs = censored.e2e_rows(df, scn.run.timeout)
     base, basis = unloaded_ns(df, scn)
     slow = obs.time / np.maximum(base, 1.0)
-    tenants = df["tenant"].to_numpy()
-    classes = df["slo_class"].to_numpy()
+    # codes, sorted by name: the same groups in the same order as sorted(set(names))
+    tenants, tenant_names = frame_memo.codes(df, "tenant")
+    classes, class_names = frame_memo.codes(df, "slo_class")
     sel = obs.eligible
     per = {
-        t: float(slow[sel & (tenants == t)].mean())
-        for t in sorted(set(tenants[sel]))
+        tenant_names[t]: float(slow[sel & (tenants == t)].mean())
+        for t in np.unique(tenants[sel]).tolist()
         if (sel & (tenants == t)).any()
     }
     within_class: dict[str, float | None] = {}
-    for cls in sorted(set(classes[sel])):
-        rows = sel & (classes == cls)
-        means = [obs.time[rows & (tenants == t)].mean() for t in set(tenants[rows])]
+    for c in np.unique(classes[sel]).tolist():
+        cls = class_names[c]
+        rows = sel & (classes == c)
+        # a set's order before: any order gives the same max and min
+        means = [obs.time[rows & (tenants == t)].mean() for t in np.unique(tenants[rows])]
         means = [x for x in means if math.isfinite(x) and x > 0]
         within_class[cls] = float(max(means) / min(means)) if len(means) > 1 else None
     return {
@@ -85,14 +92,13 @@ def starvation_block(df: pd.DataFrame, scn: Scenario, k: float = 10.0) -> dict[s
     obs = censored.ttft_rows(df, scn.run.timeout)
     names = list(scn.slo_classes)
     table = np.array([scn.slo_classes[c].ttft or np.nan for c in names] + [np.nan], dtype=float)
-    codes = pd.Categorical(np.asarray(df["slo_class"], dtype=object), categories=names).codes
-    slo = table[codes]
+    slo = table[frame_memo.name_codes(df, "slo_class", names)]  # −1: no class, NaN
 
     has = obs.eligible & np.isfinite(slo)
     out: dict[str, dict[str, int]] = {}
-    tenants = df["tenant"].to_numpy()
-    for tenant in sorted(set(tenants)):
-        rows = has & (tenants == tenant)
+    tenants, tenant_names = frame_memo.codes(df, "tenant")
+    for code, tenant in enumerate(tenant_names):
+        rows = has & (tenants == code)
         never = int((rows & ~obs.observed).sum())
         late = int((rows & obs.observed & (obs.time > k * slo * 1e9)).sum())
         out[tenant] = {"starved": late, "never_served": never}
@@ -185,9 +191,9 @@ def fairness_over_time(df: pd.DataFrame, scn: Scenario, window_s: float) -> dict
     """The VTC artifact's service-difference table (max / mean / variance over 19 ticks), for
     comparison with the paper. It spreads service over each served request and compares it with
     demand in the same window; the headline `service_difference` counts only backlogged time."""
-    col = lambda name: df[name].to_numpy(dtype=float, na_value=np.nan)  # noqa: E731
+    col = lambda name: frame_memo.floats(df, name)  # noqa: E731
     first = col("t_first_token_ns")
-    keep = (df["status"] == "ok").to_numpy() & np.isfinite(first)  # arrays, not a frame copy
+    keep = frame_memo.equals(df, "status", "ok") & np.isfinite(first)  # arrays, not a copy
     t0 = df["t_intended_ns"].min() / 1e9 if len(df) else 0.0
     if not keep.any():
         return {"vtc_service_difference": None}
@@ -195,7 +201,8 @@ def fairness_over_time(df: pd.DataFrame, scn: Scenario, window_s: float) -> dict
     start = first[keep] / 1e9 - t0
     end = col("t_done_ns")[keep] / 1e9 - t0
     cost = m.service_tokens(df)[keep]
-    client = df["tenant"].to_numpy()[keep]
+    # codes in sorted-name order: service_difference's np.unique orders clients the same
+    client = frame_memo.codes(df, "tenant")[0][keep]
     span = float(end.max()) if len(end) else 0.0
     if span <= 2 * window_s:
         return {"vtc_service_difference": None}

@@ -43,7 +43,9 @@ from functools import cached_property
 
 import numpy as np
 import pandas as pd
+from scipy import special
 
+from fairbench.analysis import frame_memo
 from fairbench.analysis import intervals as iv
 
 
@@ -57,16 +59,24 @@ class Observations:
     time: np.ndarray
     observed: np.ndarray
     t: np.ndarray | None = None  # each observation's intended send time: the series' order
+    # its percentiles get intervals (the summary's groups): then one argsort gives both the
+    # sorted times and the normal scores' ranks, where a sort and scipy's rankdata (another
+    # argsort) were a third of a fleet run's summary (issue 35)
+    ranked: bool = False
 
     def __len__(self) -> int:
         return len(self.time)
+
+    @cached_property
+    def _time_order(self) -> np.ndarray:
+        return np.argsort(self.t, kind="stable")
 
     @cached_property
     def in_time_order(self) -> np.ndarray | None:
         """The latencies in send order (None without times): what dependence is measured on."""
         if self.t is None:
             return None
-        return self.time[np.argsort(self.t, kind="stable")]
+        return self.time[self._time_order]
 
     @cached_property
     def dependence(self) -> iv.Dependence:
@@ -83,7 +93,13 @@ class Observations:
         series = self.in_time_order
         if series is None:
             return np.zeros(0)
-        return iv.normal_scores_acf(series, iv.copula_lags(len(series), self.dependence))
+        lags = iv.copula_lags(len(series), self.dependence)
+        if len(series) < 2:
+            return iv.normal_scores_acf(series, lags)
+        # the scores from this sample's own sort, not rankdata's: the same ranks, value for
+        # value (ties averaged), and ndtri is norm.ppf on (0, 1) without its checks
+        ranks = average_ranks(self.sorted_time, self._by_value)[self._time_order]
+        return iv.normal_scores_acf(series, lags, special.ndtri(ranks / (len(series) + 1)))
 
     def dependence_at(self, threshold: float) -> iv.Dependence:
         """The batching with τ of the indicator 1{latency ≤ threshold} in time order: the largest
@@ -132,7 +148,13 @@ class Observations:
         return _km(self)
 
     @cached_property
+    def _by_value(self) -> np.ndarray:
+        return np.argsort(self.time)
+
+    @cached_property
     def sorted_time(self) -> np.ndarray:
+        if self.ranked or "_by_value" in self.__dict__:  # the argsort serves both
+            return self.time[self._by_value]
         return np.sort(self.time)
 
     @property
@@ -142,6 +164,23 @@ class Observations:
     def take(self, idx: np.ndarray) -> Observations:
         t = None if self.t is None else self.t[idx]
         return Observations(self.time[idx], self.observed[idx], t)
+
+
+def average_ranks(sorted_values: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """`scipy.stats.rankdata(x, method="average")` from x's sorted values and any argsort of
+    x (`sorted_values = x[order]`): ties get the mean of their ranks, so which tie comes first
+    does not matter, and the arithmetic is rankdata's, to the bit."""
+    n = len(sorted_values)
+    if n == 0:
+        return np.zeros(0)
+    starts = np.empty(n, dtype=bool)
+    starts[0] = True
+    np.not_equal(sorted_values[1:], sorted_values[:-1], out=starts[1:])
+    dense = np.cumsum(starts)
+    count = np.append(np.flatnonzero(starts), n)
+    ranks = np.empty(n)
+    ranks[order] = 0.5 * (count[dense] + count[dense - 1] + 1)
+    return ranks
 
 
 @dataclass(frozen=True)
@@ -186,17 +225,25 @@ NAN_QUANTILE = QuantileEstimate(
 def _col(df: pd.DataFrame, name: str) -> np.ndarray:
     if name not in df:
         return np.full(len(df), np.nan)
-    return df[name].to_numpy(dtype=np.float64, na_value=np.nan)
+    return frame_memo.floats(df, name)  # converted once per summary (frame_memo)
 
 
 def admitted(df: pd.DataFrame) -> np.ndarray:
     """Requests that were sent and not rejected: the latency population."""
+    return frame_memo.memo(df, "admitted", lambda: _admitted(df))
+
+
+def _admitted(df: pd.DataFrame) -> np.ndarray:
     return (df["status"] != "rejected").to_numpy() & np.isfinite(_col(df, "t_sent_ns"))
 
 
 def last_seen_ns(df: pd.DataFrame, timeout_s: float | None = None) -> np.ndarray:
     """When the client last knew about each request (relative to t0): `t_end_ns` where the
     generator recorded it, else the latest stage reached (and, for a timeout, the deadline)."""
+    return frame_memo.memo(df, ("last_seen_ns", timeout_s), lambda: _last_seen(df, timeout_s))
+
+
+def _last_seen(df: pd.DataFrame, timeout_s: float | None) -> np.ndarray:
     seen = _col(df, "t_end_ns")
     for name in (
         "t_done_ns",
@@ -208,7 +255,7 @@ def last_seen_ns(df: pd.DataFrame, timeout_s: float | None = None) -> np.ndarray
         seen = np.where(np.isnan(seen), _col(df, name), seen)
     if timeout_s is not None:
         deadline = _col(df, "t_intended_ns") + timeout_s * 1e9
-        timed_out = (df["status"] == "timeout").to_numpy()
+        timed_out = frame_memo.equals(df, "status", "timeout")
         seen = np.where(timed_out, np.fmax(seen, deadline), seen)
     return seen
 
@@ -242,8 +289,12 @@ def _rows(
 def first_response_ns(df: pd.DataFrame) -> np.ndarray:
     """When each request's first response came: its first token, or (for a response that
     streams none) the end of a successful one; NaN otherwise."""
+    return frame_memo.memo(df, "first_response_ns", lambda: _first_response(df))
+
+
+def _first_response(df: pd.DataFrame) -> np.ndarray:
     first = _col(df, "t_first_token_ns")
-    whole = np.where((df["status"] == "ok").to_numpy(), _col(df, "t_done_ns"), np.nan)
+    whole = np.where(frame_memo.equals(df, "status", "ok"), _col(df, "t_done_ns"), np.nan)
     return np.where(np.isnan(first), whole, first)
 
 
@@ -260,7 +311,7 @@ def e2e_rows(
     df: pd.DataFrame, timeout_s: float | None = None, sent: bool = False
 ) -> RowObservations:
     """E2E from the intended send (or the actual one): observed for requests that ended ok."""
-    done = np.where((df["status"] == "ok").to_numpy(), _col(df, "t_done_ns"), np.nan)
+    done = np.where(frame_memo.equals(df, "status", "ok"), _col(df, "t_done_ns"), np.nan)
     origin = _col(df, "t_sent_ns" if sent else "t_intended_ns")
     return _rows(df, done, origin, timeout_s)
 
@@ -275,7 +326,7 @@ def tpot_rows(df: pd.DataFrame, timeout_s: float | None = None) -> RowObservatio
     first = _col(df, "t_first_token_ns")
     tokens = _col(df, "output_tokens")
     cap = _col(df, "max_tokens")
-    ok = (df["status"] == "ok").to_numpy()
+    ok = frame_memo.equals(df, "status", "ok")
     span_ok = _col(df, "t_last_token_ns") - first
     span_open = last_seen_ns(df, timeout_s) - first
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -289,7 +340,7 @@ def tpot_rows(df: pd.DataFrame, timeout_s: float | None = None) -> RowObservatio
 def itl_max_rows(df: pd.DataFrame, timeout_s: float | None = None) -> RowObservations:
     """The largest gap between consecutive tokens: observed for ok streams of ≥ 2 tokens;
     censored at the larger of the gaps seen and the silence since the last token otherwise."""
-    ok = (df["status"] == "ok").to_numpy()
+    ok = frame_memo.equals(df, "status", "ok")
     gap = _col(df, "itl_max_ns")
     silence = last_seen_ns(df, timeout_s) - _col(df, "t_last_token_ns")
     value = np.where(ok, gap, np.fmax(np.nan_to_num(gap, nan=0.0), silence))

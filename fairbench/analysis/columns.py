@@ -15,7 +15,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fairbench.analysis import censored
+from fairbench.analysis import censored, frame_memo
 from fairbench.analysis import metrics as m
 
 
@@ -79,14 +79,14 @@ class Cols:
         ttft = censored.ttft_rows(df, timeout_s)
         e2e = censored.e2e_rows(df, timeout_s)
         tpot = censored.tpot_rows(df, timeout_s)
-        status = df["status"].to_numpy()
+        status = lambda value: frame_memo.equals(df, "status", value)  # noqa: E731
         solo = solo_ttft_p99_ns or {}
         solo_se = solo_ttft_p99_log_se or {}
         return cls_(
-            ok=status == "ok",
-            rejected=status == "rejected",
+            ok=status("ok"),
+            rejected=status("rejected"),
             admitted=censored.admitted(df),
-            unfinished=(status == "timeout") | (status == "cancelled"),
+            unfinished=status("timeout") | status("cancelled"),
             ttft_t=ttft.time,
             ttft_o=ttft.observed,
             ttft_x=ttft.eligible,
@@ -151,7 +151,9 @@ class Cols:
         if found is None:
             time, seen, eligible = (getattr(self, f"{which}_{s}") for s in ("t", "o", "x"))
             keep = eligible if mask is None else eligible & mask
-            found = self._memo[key] = censored.Observations(time[keep], seen[keep], self.t[keep])
+            found = self._memo[key] = censored.Observations(
+                time[keep], seen[keep], self.t[keep], ranked=True
+            )
         return found
 
 

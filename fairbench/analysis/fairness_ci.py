@@ -247,9 +247,10 @@ def slowdown_intervals(c: Cols, mask: np.ndarray | None = None) -> tuple[iv.Inte
     largest = largest_episode_share(c, mask)
     if largest > 0.5:
         reason = (
-            f"the queue never drained: one contention episode holds {largest:.0%} of the "
-            "requests, and a mean over one episode has no long-run value to bound (it grows "
-            "with the run under overload)"
+            f"one contention episode holds {largest:.0%} of the requests (someone waited for a "
+            "first token from its start to its end): the tenants' means rest on that one "
+            "episode, whose batches are not independent, and a longer run adds no episodes "
+            "while waits keep overlapping; compare independent runs (fairbench ab)"
         )
         return iv.declined(CONFIDENCE, method, reason), iv.declined(CONFIDENCE, method, reason)
     if n_eff < MIN_EPISODES:

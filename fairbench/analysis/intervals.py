@@ -206,15 +206,15 @@ def long_run_factor(indicator: np.ndarray, dep: Dependence) -> float:
     return factor if significant else 1.0
 
 
-def normal_scores_acf(x_in_time_order: np.ndarray, max_lag: int) -> np.ndarray:
-    """The autocorrelations r_1 … r_max_lag of a series' normal scores (ranks mapped through
-    Φ⁻¹, so a heavy tail does not dominate), by FFT: O(n log n), at a fast length (a 2n with a
-    large prime factor took 10–20× longer: 16.8 of a 10-minute fleet run's 35 summary CPU s)."""
-    n = len(x_in_time_order)
+def normal_scores_acf(x: np.ndarray, max_lag: int, z: np.ndarray | None = None) -> np.ndarray:
+    """The autocorrelations r_1 … r_max_lag of a series' normal scores `z` (ranks mapped through
+    Φ⁻¹, so a heavy tail does not dominate; the caller's where its sort gave them), by FFT at a
+    fast length (a 2n with a large prime factor took 10–20× longer, issue 35). x in time order."""
+    n = len(x)
     lag = max(0, min(max_lag, n - 1))
     if n < 2 or lag == 0:
         return np.zeros(0)
-    z = sps.norm.ppf(sps.rankdata(x_in_time_order, method="average") / (n + 1))
+    z = sps.norm.ppf(sps.rankdata(x, method="average") / (n + 1)) if z is None else z
     size = sfft.next_fast_len(2 * n - 1, real=True)  # ≥ 2n − 1: no lag wraps around
     f = sfft.rfft(z - z.mean(), size)
     acov = sfft.irfft(f.real**2 + f.imag**2, size)[: lag + 1]

@@ -12,11 +12,13 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from fairbench.analysis import frame_memo
+
 PERCENTILES = (50, 90, 95, 99, 99.9)
 
 
 def _col(df: pd.DataFrame, name: str) -> np.ndarray:
-    return df[name].to_numpy(dtype=np.float64, na_value=np.nan)
+    return frame_memo.floats(df, name)  # converted once per summary (frame_memo)
 
 
 def _first_response_ns(df: pd.DataFrame) -> np.ndarray:
@@ -100,12 +102,12 @@ def percentiles(values: np.ndarray, qs: Sequence[float] = PERCENTILES) -> dict[s
 def slo_met(df: pd.DataFrame, slos: Mapping[str, Mapping[str, float | None]]) -> np.ndarray:
     """Per request: ok, and TTFT, TPOT and E2E within its class's targets (seconds; a missing
     target is no constraint). The DistServe notion behind goodput."""
-    ok = (df["status"] == "ok").to_numpy()
+    ok = frame_memo.equals(df, "status", "ok")
     met = ok.copy()
-    classes = df["slo_class"].to_numpy()
+    classes = frame_memo.name_codes(df, "slo_class", list(slos))  # codes: no str per row
     ttft, tpot, e2e = ttft_ns(df), tpot_ns(df), e2e_ns(df)
-    for name, slo in slos.items():
-        rows = classes == name
+    for k, slo in enumerate(slos.values()):
+        rows = classes == k
         for key, values in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
             limit = slo.get(key)
             if limit is None:
@@ -121,7 +123,15 @@ def service_tokens(
 ) -> np.ndarray:
     """Service a request received, in weighted tokens: 1·input + 2·output by default (VTC's
     prices), counting only what was served (prompt if any output or an ok embedding)."""
-    served = (df["status"] == "ok").to_numpy() | (_col(df, "output_tokens") > 0)
+    return frame_memo.memo(
+        df,
+        ("service_tokens", input_weight, output_weight),
+        lambda: _service_tokens(df, input_weight, output_weight),
+    )
+
+
+def _service_tokens(df: pd.DataFrame, input_weight: float, output_weight: float) -> np.ndarray:
+    served = frame_memo.equals(df, "status", "ok") | (_col(df, "output_tokens") > 0)
     return np.where(
         served,
         input_weight * _col(df, "prompt_tokens") + output_weight * _col(df, "output_tokens"),

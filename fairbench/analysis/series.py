@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fairbench.analysis import frame_memo
 from fairbench.analysis import metrics as m
 
 MAX_POINTS = 400
@@ -31,8 +32,10 @@ def latency_cdfs(
     # the ok rows of each column, not a copy of the ok rows of the frame (all its columns);
     # each group's rows found once, not once per latency (issue 35)
     ok = (df["status"] == "ok").to_numpy(dtype=bool, na_value=False)
-    groups = df[by].to_numpy()[ok]
-    rows = {g: groups == g for g in sorted(set(pd.unique(groups)))}
+    # groups as codes in sorted-name order (frame_memo): no Python str per request
+    codes, names = frame_memo.codes(df, by)
+    groups = codes[ok]
+    rows = {names[k]: groups == k for k in np.unique(groups).tolist() if k >= 0}
     out: dict[str, dict[str, tuple[list[float], list[float]]]] = {}
     for name, fn in (("TTFT", m.ttft_ns), ("TPOT", m.tpot_ns), ("E2E", m.e2e_ns)):
         values = fn(df)[ok] / 1e6
@@ -84,13 +87,13 @@ def shares_over_time(
     known = np.isfinite(start) & np.isfinite(end)
     start, end = start[known], end[known]
     cost = cost_all[served][known]
-    names = df["tenant"].to_numpy()[served][known]
+    who = frame_memo.name_codes(df, "tenant", tenants)  # codes into `tenants`
+    names = who[served][known]
     if not len(start):
         return empty
     span = np.maximum(end - start, 1e-9)
     arrive = df["t_intended_ns"].to_numpy(float) / 1e9
     demand_cost = df["prompt_tokens"].to_numpy(float) + 2 * df["max_tokens"].to_numpy(float)
-    who = df["tenant"].to_numpy()
     w = np.array([weights[t] for t in tenants])
     out: dict[str, Any] = {
         "t": [],
@@ -105,8 +108,8 @@ def shares_over_time(
     # numbers in the same order as a sum over the whole run under that tenant's mask, so the
     # shares are the same to the last bit, without a mask over every request per window and
     # tenant (7 of a fleet run's 19 report seconds at 1.9M requests, issue 35)
-    own = [_TenantService(names == t, start, end, span, cost) for t in tenants]
-    asked = [_TenantDemand(who == t, arrive, demand_cost) for t in tenants]
+    own = [_TenantService(names == k, start, end, span, cost) for k in range(len(tenants))]
+    asked = [_TenantDemand(who == k, arrive, demand_cost) for k in range(len(tenants))]
     for lo in np.arange(first, stop, window_s):
         hi = lo + window_s
         got = np.array([part.within(lo, hi) for part in own])

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fairbench.analysis import censored, fairness
+from fairbench.analysis import censored, fairness, frame_memo
 from fairbench.analysis import intervals as iv
 from fairbench.analysis import metrics as m
 from fairbench.analysis.backlog import wait_intervals
@@ -78,12 +78,27 @@ def _latencies(
 ) -> dict[str, censored.RowObservations | _FromCols]:
     return {
         "ttft": _FromCols(cols, "ttft"),
-        "ttft_sent": censored.ttft_rows(df, timeout_s, sent=True),
+        "ttft_sent": _same_or(censored.ttft_rows(df, timeout_s, sent=True), cols, "ttft"),
         "tpot": _FromCols(cols, "tpot"),
         "itl_max": censored.itl_max_rows(df, timeout_s),
         "e2e": _FromCols(cols, "e2e"),
-        "e2e_sent": censored.e2e_rows(df, timeout_s, sent=True),
+        "e2e_sent": _same_or(censored.e2e_rows(df, timeout_s, sent=True), cols, "e2e"),
     }
+
+
+def _same_or(
+    rows: censored.RowObservations, cols: Cols, which: str
+) -> censored.RowObservations | _FromCols:
+    """The from-send latency, or, where it equals the from-intended one request for request (a
+    simulated run sends exactly on time), that one's observations: each group's percentiles
+    then come from one sort, not two (issue 35). Equal arrays give equal percentiles."""
+    time, seen, eligible = (getattr(cols, f"{which}_{s}") for s in ("t", "o", "x"))
+    same = (
+        np.array_equal(rows.eligible, eligible)
+        and np.array_equal(rows.observed, seen)
+        and np.array_equal(rows.time, time, equal_nan=True)
+    )
+    return _FromCols(cols, which) if same else rows
 
 
 def latency_percentiles(obs: censored.Observations) -> dict[str, Any]:
@@ -186,9 +201,9 @@ def fairness_block(df: pd.DataFrame, weights: Mapping[str, float]) -> dict[str, 
     offered = df["prompt_tokens"].to_numpy(dtype=np.float64) + 2.0 * df["max_tokens"].to_numpy(
         dtype=np.float64
     )
-    names = df["tenant"].to_numpy()
-    got = np.array([service[names == t].sum() for t in tenants])
-    demand = np.array([offered[names == t].sum() for t in tenants])
+    names = frame_memo.name_codes(df, "tenant", tenants)  # codes: no str per row
+    got = np.array([service[names == k].sum() for k in range(len(tenants))])
+    demand = np.array([offered[names == k].sum() for k in range(len(tenants))])
     w = np.array([weights[t] for t in tenants])
     fair = m.water_fill(demand, w, got.sum())
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -211,8 +226,8 @@ def fairness_block(df: pd.DataFrame, weights: Mapping[str, float]) -> dict[str, 
 def completion_block(df: pd.DataFrame, limit: float) -> dict[str, Any]:
     """How much of the window never finished, against the run's limit: a tail computed with
     many unfinished requests is mostly bounds, and the run says so beside VALID/INVALID."""
-    status = df["status"].to_numpy()
-    unfinished = int(((status == "timeout") | (status == "cancelled")).sum())
+    timeout, cancelled = (frame_memo.equals(df, "status", s) for s in ("timeout", "cancelled"))
+    unfinished = int((timeout | cancelled).sum())
     share = unfinished / len(df) if len(df) else 0.0
     within = share <= limit
     line = (
@@ -223,20 +238,22 @@ def completion_block(df: pd.DataFrame, limit: float) -> dict[str, Any]:
 
 
 def _timeline(df: pd.DataFrame, scn: Scenario, timeout_s: float | None) -> fairness.Timeline:
-    col = lambda name: df[name].to_numpy(dtype=np.float64, na_value=np.nan)  # noqa: E731
-    ok = (df["status"] == "ok").to_numpy()
+    col = lambda name: frame_memo.floats(df, name)  # noqa: E731
+    ok = frame_memo.equals(df, "status", "ok")
+    client, present = frame_memo.codes(df, "tenant")  # codes into the sorted names
     seen = censored.last_seen_ns(df, timeout_s)
     first = censored.first_response_ns(df)
     wait_start, wait_end, _ = wait_intervals(df, timeout_s)  # waiting for the scheduler
     end = np.where(ok, col("t_done_ns"), seen)
     return fairness.build_timeline(
-        df["tenant"].to_numpy().astype(str),
+        client,
         {t.id: t.weight for t in scn.tenants},
         wait_start / 1e9,
         wait_end / 1e9,
         first / 1e9,
         end / 1e9,
         m.service_tokens(df),
+        names=present,
     )
 
 
@@ -281,10 +298,12 @@ def backlogged_fairness(
 def _isolation_detail(summary: dict[str, Any], df: pd.DataFrame, scn: Scenario) -> dict[str, Any]:
     """Each tenant's isolation with its absolute difference and flag (fairbench.analysis.isolation):
     the SLO is the strictest TTFT SLO of the classes the tenant sent in the window."""
-    tenants, classes = df["tenant"].to_numpy(), df["slo_class"].to_numpy()
+    tenants, tenant_names = frame_memo.codes(df, "tenant")
+    classes, class_names = frame_memo.codes(df, "slo_class")
     slo: dict[str, float | None] = {}
     for t in summary["tenants"]:
-        sent = {str(c) for c in set(classes[tenants == t])}
+        code = tenant_names.index(t) if t in tenant_names else -2  # −2: no row
+        sent = {class_names[c] for c in np.unique(classes[tenants == code]) if c >= 0}
         limits = [scn.slo_classes[c].ttft for c in sent if c in scn.slo_classes]
         limits = [x for x in limits if x is not None]
         slo[t] = min(limits) * 1e3 if limits else None
@@ -319,6 +338,36 @@ def build_summary(
     `solo_ttft_p99_log_se` the standard error of its log (the isolation interval's solo side)."""
     start, end = measurement_window(scn, plan_span_s)
     df = _window(records, start, end)
+    with frame_memo.converted_once(df):  # each column of the window converted once
+        return _build_summary(
+            records,
+            df,
+            scn,
+            plan_digest,
+            seed,
+            (start, end),
+            health,
+            accounting,
+            closed_loop,
+            solo_ttft_p99_ns,
+            solo_ttft_p99_log_se,
+        )
+
+
+def _build_summary(
+    records: pd.DataFrame,
+    df: pd.DataFrame,
+    scn: Scenario,
+    plan_digest: str,
+    seed: int,
+    span: tuple[float, float],
+    health: Mapping[str, Any],
+    accounting: Mapping[str, Any],
+    closed_loop: bool,
+    solo_ttft_p99_ns: Mapping[str, float] | None,
+    solo_ttft_p99_log_se: Mapping[str, float | None] | None,
+) -> dict[str, Any]:
+    start, end = span
     window = end - start
     timeout_s = scn.run.timeout
     names = {
@@ -367,6 +416,7 @@ def build_summary(
     cols.forget()
     window_s = max(10.0, min(60.0, window / 10)) if window > 0 else 10.0
     # the timeline first, while nothing else is held: it is the largest transient
+    frame_memo.release(df)
     backlogged = backlogged_fairness(df, scn, start, end, window_s) if len(df) else {}
     for key, column in (
         ("tenants", "tenant"),

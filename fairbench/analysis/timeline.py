@@ -15,6 +15,7 @@ without the precision a float offset would lose.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -89,14 +90,19 @@ def build_timeline(
     start_s: np.ndarray,
     end_s: np.ndarray,
     cost: np.ndarray,
+    names: Sequence[str] | None = None,
 ) -> Timeline:
     """`arrival_s` and `wait_end_s`: when each request began and stopped waiting for the
     scheduler; NaN for requests that never did (never passed over, or rejected). `start_s`,
     `end_s`: its service interval (first response to end), over which its cost is spread
     uniformly; a request with no span adds its cost at its end. One sort of the run's times,
-    then O(n) passes."""
-    names = tuple(sorted(str(c) for c in set(client.tolist())))
-    code = np.searchsorted(np.array(names), client.astype(str)).astype(np.int64)
+    then O(n) passes. With `names` (the distinct tenants, sorted), `client` is each request's
+    index into them: the summary's codes, where a str per request cost a fleet run seconds."""
+    if names is None:
+        names = tuple(sorted(str(c) for c in set(client.tolist())))
+        code = np.searchsorted(np.array(names), client.astype(str)).astype(np.int64)
+    else:
+        names, code = tuple(names), np.asarray(client, dtype=np.int64)
     n_t = len(names)
     allv = np.concatenate([arrival_s, wait_end_s, start_s, end_s])
     grid = np.unique(allv[np.isfinite(allv)])

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import yaml
@@ -248,7 +249,25 @@ def report_records(path: Path) -> pd.DataFrame:
     import pyarrow.parquet as pq
 
     present = set(pq.read_schema(str(path)).names)
-    return pd.read_parquet(path, columns=[c for c in REPORT_COLUMNS if c in present])
+    # one thread, no pre-buffering: the same frame for less CPU (a 10-minute fleet run's 13
+    # columns: 0.5-1.3 against 0.8-2.3 CPU s, most of it the kernel's, on 2 loaded cores)
+    return pd.read_parquet(
+        path,
+        columns=[c for c in REPORT_COLUMNS if c in present],
+        use_threads=False,
+        pre_buffer=False,
+    )
+
+
+def _window(df: pd.DataFrame, t: pd.Series, lo: float, hi: float) -> pd.DataFrame:
+    """The rows intended in [lo, hi], their index labels kept, as `df[(t >= lo) & (t <= hi)]`
+    gives them: a slice where the records are in time order (a run's are), not a copy of every
+    column through a mask (0.5 CPU s at 1.9M records, issue 35)."""
+    v = t.to_numpy(dtype=np.float64, na_value=np.nan)
+    if len(v) and not np.isnan(v).any() and np.all(v[1:] >= v[:-1]):
+        a, b = np.searchsorted(v, lo, side="left"), np.searchsorted(v, hi, side="right")
+        return df.iloc[a:b]
+    return df[(t >= lo) & (t <= hi)]
 
 
 def run_report(run_dir: Path) -> tuple[str, str]:
@@ -261,7 +280,7 @@ def run_report(run_dir: Path) -> tuple[str, str]:
     lo, hi = summary["window_s"]
     span = (lo, hi)
     t = df["t_intended_ns"] / 1e9
-    window = df[(t >= lo) & (t <= hi)]
+    window = _window(df, t, lo, hi)
     t_end = float(t.max()) if len(t) else hi
     metrics_path = run_dir / "server_metrics.parquet"
     server = pd.read_parquet(metrics_path) if metrics_path.is_file() else None

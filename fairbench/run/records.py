@@ -213,6 +213,9 @@ def records_table(columns: dict[str, tuple[Any, np.ndarray | None]], n: int) -> 
             arrays.append(nulls_of[item.type])
             continue
         values, nulls = columns[item.name]
+        if isinstance(values, pa.Array):  # built in Arrow already (a string column from codes)
+            arrays.append(values if values.type == item.type else values.cast(item.type))
+            continue
         if nulls is not None and not nulls.any():
             nulls = None
         arrays.append(pa.array(values, type=item.type, mask=nulls))

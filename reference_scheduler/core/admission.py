@@ -67,9 +67,16 @@ class Admission:
     by_class: Counter[str] = field(default_factory=Counter)
     rejected: Counter[str] = field(default_factory=Counter)  # by reason
     degraded: int = 0
-    _finishes: deque[int] = field(default_factory=deque)  # recent completion times (ns)
+    finish_times: deque[int] = field(default_factory=deque)  # recent completion times (ns)
     _limited_for: AdmissionSpec | None = field(default=None, repr=False, compare=False)
     _limited: bool = field(default=False, repr=False, compare=False)
+    # the spec when it sets no limits (None otherwise, or once `spec` is replaced): the engine
+    # reads it to skip `enter`'s checks, a call per request (issue 35)
+    open_for: AdmissionSpec | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._limited_for, self._limited = self.spec, self.limited
+        self.open_for = None if self._limited else self.spec
 
     @property
     def limited(self) -> bool:
@@ -86,9 +93,9 @@ class Admission:
 
     def _retry_after(self, now_ns: int) -> int:
         window = 10_000_000_000
-        while self._finishes and self._finishes[0] < now_ns - window:
-            self._finishes.popleft()
-        rate = len(self._finishes) / (window / 1e9)
+        while self.finish_times and self.finish_times[0] < now_ns - window:
+            self.finish_times.popleft()
+        rate = len(self.finish_times) / (window / 1e9)
         if rate <= 0:
             return 1 if self.waiting == 0 else 10
         return int(min(60, max(1, math.ceil(self.waiting / rate))))
@@ -134,6 +141,7 @@ class Admission:
         job is marked rejected with its code and Retry-After, an accepted one is counted."""
         if self._limited_for is not self.spec:  # `limited`, once per spec: it runs per request
             self._limited_for, self._limited = self.spec, self.limited
+            self.open_for = None if self._limited else self.spec
         verdict = self.check(job, now_ns) if self._limited else None
         if verdict is None:
             verdict = policy.enqueue(job, now_ns)
@@ -158,7 +166,7 @@ class Admission:
     def finished(self, now_ns: int) -> None:
         """Completions of the last 10 s (the rate Retry-After is estimated from); older ones are
         dropped as new ones arrive, so a long-running server holds a window, not a history."""
-        self._finishes.append(now_ns)
+        self.finish_times.append(now_ns)
         horizon = now_ns - 10_000_000_000
-        while self._finishes[0] < horizon:
-            self._finishes.popleft()
+        while self.finish_times[0] < horizon:
+            self.finish_times.popleft()

@@ -10,6 +10,12 @@ Contract, enforced by the conformance suite: `peek(now)` returns exactly what th
 `dequeue(now)` returns; every accepted job is dequeued or removed exactly once; `len` counts live
 waiting jobs. Policies receive `now` and never read a clock; ties break by `job.seq`.
 
+Optional: `take(job, now)`, the `dequeue(now)` of the job the policy's `peek(now)` has just
+returned, with nothing changed in between. The engine peeks, checks the job fits, then
+dequeues: a policy that can take the peeked job without choosing it again saves a second
+choice per admission (issue 35: the simulator's cost is per request). Policies without it are
+dequeued as before.
+
 `JobQueue` is the one FIFO with O(1) lazy removal that the policies build on, so a policy file
 holds only its algorithm.
 """
@@ -83,6 +89,13 @@ class JobQueue:
             self.live -= 1
         return job
 
+    def take(self, job: Job) -> None:
+        """`pop()` when `head()` has just returned `job` (the engine's peek, then its dequeue):
+        the head is known, so it is not looked for again."""
+        self._items.popleft()
+        job.queue = None
+        self.live -= 1
+
     def discard(self, job: Job) -> bool:
         if job.queue is not self:
             return False
@@ -132,6 +145,16 @@ class BasePolicy:
 
     def __len__(self) -> int:  # pragma: no cover - every policy overrides it
         raise NotImplementedError
+
+
+def policy_hook(policy: object, name: str) -> Callable[..., Any] | None:
+    """`policy.<name>` bound, or None where it is BasePolicy's no-op: the engine calls `release`
+    once per job, and skipping a call that does nothing is a share of its per-request cost
+    (issue 35)."""
+    method = getattr(type(policy), name, None)
+    if method is None or method is getattr(BasePolicy, name):
+        return None
+    return getattr(policy, name)
 
 
 CostFn = Callable[[Job], float]

@@ -89,18 +89,25 @@ class SimResult:
             elif job.first_step >= 0:
                 per_replica.setdefault(job.replica, []).append(i)
         for r, idx in per_replica.items():
-            ends = self.decode_ends[r]
-            gaps = np.diff(ends)
-            table = _sparse_max(gaps)
-            idx_a = np.asarray(idx)
-            first = np.array([self.jobs[i].first_step for i in idx])
-            n_out = np.array([self.jobs[i].max_tokens for i in idx])
-            t_first = np.array([self.jobs[i].first_token_ns for i in idx])
-            lead = ends[first] - t_first  # first token -> second token
-            lo, hi = first, first + n_out - 2  # gaps[lo:hi] join decode steps lo..hi
-            inner = _range_max(table, lo, hi)
-            out[idx_a] = np.maximum(lead, inner)
+            out[np.asarray(idx)] = decode_itl_max(
+                self.decode_ends[r],
+                np.array([self.jobs[i].first_step for i in idx]),
+                np.array([self.jobs[i].max_tokens for i in idx]),
+                np.array([self.jobs[i].first_token_ns for i in idx]),
+            )
         return out
+
+
+def decode_itl_max(
+    ends: np.ndarray, first_step: np.ndarray, tokens: np.ndarray, first_token_ns: np.ndarray
+) -> np.ndarray:
+    """Largest gap between consecutive tokens of jobs of ≥ 2 tokens that decoded on one
+    replica without a preemption: `ends` its decode steps' end times, a job's second token at
+    the end of its `first_step`, then one a step. The first token to the second, or the
+    largest of the steps' gaps it spans (a sparse table: one range max per job)."""
+    lead = ends[first_step] - first_token_ns  # first token -> second token
+    lo, hi = first_step, first_step + tokens - 2  # gaps[lo:hi] join decode steps lo..hi
+    return np.maximum(lead, _range_max(_sparse_max(np.diff(ends)), lo, hi))
 
 
 def _sparse_max(values: np.ndarray) -> list[np.ndarray]:
@@ -156,11 +163,16 @@ def simulate(
         if follow is not None:
             raise ValueError("scheduler.disaggregation: sessions run colocated only, for now")
         return SimResult(*simulate_disaggregated(jobs, config, timeout_ns, stop_ns), None)
-    engine = make_engine(config)  # scheduler.engine: reference or vllm
+    # scheduler.engine: reference or vllm; no /metrics reads the waiting counts per group here
+    engine = make_engine(config, group_counts=False)
     policy = engine.policy
     step = engine.step
     n_rep = len(engine.replicas)
-    running: list[tuple[int, int]] = []  # (step end, replica)
+    # Replicas stepping, a min-heap of one int each, step end << shift | replica: it orders as
+    # (step end, replica) did, and an int compares and sifts faster than a tuple (issue 35).
+    shift = max(n_rep - 1, 1).bit_length()
+    mask = (1 << shift) - 1
+    running: list[int] = []
     idle = list(range(n_rep))  # min-heap of idle replica indices
     log: list[tuple[int, str, int, int]] | None = [] if trace else None
     heappush, heappop, heapreplace = heapq.heappush, heapq.heappop, heapq.heapreplace
@@ -195,7 +207,7 @@ def simulate(
         if follow is not None:
             finished(res)
         ended[0] += len(res.finished)
-        heappush(running, (res.end_ns, r))
+        heappush(running, res.end_ns << shift | r)
 
     def kick(now: int) -> None:
         """Start a step on idle replicas while the queue may have work for them."""
@@ -216,17 +228,78 @@ def simulate(
     now = 0
     live = ("waiting", "running", "preempted")
     cancel = engine.cancel
+    submit = engine.submit
     d = 0  # next job whose timeout is due (arrivals are sorted, so deadlines are too)
     never = 1 << 62
+    never_key = never << shift
+    patience = never if timeout_ns is None else timeout_ns  # no timeout: due past the stop
     stop_at = never if stop_ns is None else stop_ns
     events = 0
     while i < n or running or released:
         events += 1
         if progress is not None and not events & 4095:
             progress(ended[0], now)
+        if follow is None:
+            # Without sessions (nothing joins the arrivals, no released job times out) the next
+            # event is the next arrival or step end unless a timeout or the stop comes first:
+            # taken here with two compares; the checks below, which give the same order, run
+            # only when a timeout or the stop is next (issue 35: this loop runs per event).
+            limit = jobs[d].arrival_ns + patience if d < i else never
+            if stop_at < limit:
+                limit = stop_at
+            key = running[0] if running else never_key
+            if i < n and jobs[i].arrival_ns << shift <= key:  # arrivals go before step ends
+                if jobs[i].arrival_ns <= limit:
+                    while True:  # this arrival, and the next ones while they still come first
+                        job = jobs[i]
+                        now = job.arrival_ns
+                        i += 1
+                        verdict = submit(job, now)
+                        if verdict.accepted:
+                            if log is not None:
+                                log.append((now, "arrive", job.id, -1))
+                            if idle:
+                                kick(now)
+                        else:
+                            ended[0] += 1
+                            if log is not None:
+                                log.append((now, "reject", job.id, -1))
+                        if i == n:
+                            break
+                        t = jobs[i].arrival_ns
+                        if (
+                            (running and t << shift > running[0])
+                            or t > stop_at
+                            or (d < i and t > jobs[d].arrival_ns + patience)
+                        ):
+                            break
+                    continue
+            elif key < limit << shift:  # step ends, while before the next arrival, timeout, stop
+                t = jobs[i].arrival_ns if i < n else never
+                bound = (t if t < limit else limit) << shift  # a step end before it: key < bound
+                while running and running[0] < bound:
+                    key = running[0]
+                    now, r = key >> shift, key & mask
+                    if progress is not None:
+                        events += 1
+                        if not events & 4095:
+                            progress(ended[0], now)
+                    res = step(r, now)
+                    if res is None:
+                        heappop(running)
+                        heappush(idle, r)
+                        continue
+                    heapreplace(running, res.end_ns << shift | r)  # one sift: each key is unique
+                    if log is not None:
+                        record(res, r)
+                    if res.finished:
+                        ended[0] += len(res.finished)
+                        if idle and len(policy):
+                            kick(now)
+                continue
         t_list = jobs[i].arrival_ns if i < n else never
         t_arrive = min(t_list, released[0][0]) if released else t_list
-        t_step = running[0][0] if running else never
+        t_step = running[0] >> shift if running else never
         t_due = jobs[d].arrival_ns + timeout_ns if timeout_ns is not None and d < i else never
         if late and late[0][0] < t_due:
             t_due = late[0][0]
@@ -250,7 +323,7 @@ def simulate(
                     if log is not None:
                         log.append((now, "cancel", job.id, job.replica))
             break
-        if t_arrive < never and (not running or t_arrive <= running[0][0]):
+        if t_arrive < never and (not running or t_arrive <= running[0] >> shift):
             head = released[0] if released else None
             if head is not None and (
                 t_list > head[0] or (t_list == head[0] and jobs[i].id > head[1])
@@ -263,44 +336,22 @@ def simulate(
                 job = jobs[i]
                 i += 1
             now = job.arrival_ns
-            verdict = engine.submit(job, now)
+            verdict = submit(job, now)
             ended[0] += not verdict.accepted
             if log is not None:
                 log.append((now, "arrive" if verdict.accepted else "reject", job.id, -1))
             if verdict.accepted and idle:
                 kick(now)
             continue
-        if follow is not None:
-            now, r = heappop(running)
-            res = step(r, now)
-            if res is None:
-                heappush(idle, r)
-                continue
-            started(res, r)
-            if res.finished and idle and len(policy):
-                kick(now)
+        key = heappop(running)  # a step end (with a timeout or the stop at the same instant)
+        now, r = key >> shift, key & mask
+        res = step(r, now)
+        if res is None:
+            heappush(idle, r)
             continue
-        # Step ends only, until the next arrival, timeout or stop: none of those moves while
-        # steps run (without sessions a step releases no arrival), so the loop checks them once
-        # per run of step ends instead of once per step; the order of events is the same.
-        bound = min(t_arrive, t_due, stop_at)
-        while running and running[0][0] < bound:
-            events += 1
-            if progress is not None and not events & 4095:
-                progress(ended[0], running[0][0])
-            now, r = running[0]
-            res = step(r, now)
-            if res is None:
-                heappop(running)
-                heappush(idle, r)
-                continue
-            heapreplace(running, (res.end_ns, r))  # one sift: each replica's key is unique
-            if log is not None:
-                record(res, r)
-            if res.finished:
-                ended[0] += len(res.finished)
-                if idle and len(policy):
-                    kick(now)
+        started(res, r)
+        if res.finished and idle and len(policy):
+            kick(now)
     if progress is not None:
         progress(len(jobs) + len(joined), now)  # the stop cancelled whatever was left
     decode_ends = [np.asarray(rep.decode_ends, dtype=np.int64) for rep in engine.replicas]

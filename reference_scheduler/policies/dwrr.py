@@ -40,7 +40,15 @@ from collections.abc import Callable, Hashable, Mapping
 from typing import Any, ClassVar
 
 from reference_scheduler.core.job import Job
-from reference_scheduler.core.policy import ACCEPTED, BasePolicy, Policy, Verdict, cost_fn, key_fn
+from reference_scheduler.core.policy import (
+    ACCEPTED,
+    BasePolicy,
+    Policy,
+    Verdict,
+    cost_fn,
+    key_fn,
+    policy_hook,
+)
 
 DEFAULT_TOKEN_QUANTUM = 1024.0
 
@@ -51,7 +59,7 @@ def default_quantum(cost: str) -> float:
 
 
 class _Class:
-    __slots__ = ("active", "child", "deficit", "key", "quantum")
+    __slots__ = ("active", "child", "deficit", "key", "quantum", "take", "waiting")
 
     def __init__(self, key: Hashable, child: Policy, quantum: float) -> None:
         self.key = key
@@ -59,6 +67,9 @@ class _Class:
         self.quantum = quantum
         self.deficit = 0.0
         self.active = False
+        # per job, without a call: the child's jobs waiting (its len), and its take if any
+        self.waiting = 0
+        self.take = getattr(child, "take", None)
 
 
 class Dwrr(BasePolicy):
@@ -78,7 +89,10 @@ class Dwrr(BasePolicy):
         if quantum <= 0:
             raise ValueError(f"quantum must be > 0, got {quantum}")
         self._child = child
-        self.uses_charge = bool(child().uses_charge)
+        sample = child()
+        self.uses_charge = bool(sample.uses_charge)
+        # whether the children's `release` does anything (FIFO's does not): it runs per job
+        self._child_releases = policy_hook(sample, "release") is not None
         self.quantum = float(quantum)
         self._cost = cost_fn(cost)
         self._key = key_fn(key)
@@ -94,6 +108,7 @@ class Dwrr(BasePolicy):
         self._class_of: dict[int, _Class] = {}  # waiting job id -> its class
         self._ring: deque[_Class] = deque()
         self._len = 0
+        self._head_cost = 0.0  # the cost of the job the last peek found affordable
         self.max_turn_end_deficit = 0.0  # for the [0, Max) invariant
         self.turns = 0
 
@@ -112,6 +127,7 @@ class Dwrr(BasePolicy):
         if not verdict.accepted:
             return verdict
         self._class_of[job.id] = cls
+        cls.waiting += 1
         if not cls.active:
             cls.active = True
             cls.deficit = cls.quantum
@@ -131,7 +147,9 @@ class Dwrr(BasePolicy):
                 cls.active = False
                 cls.deficit = 0.0
                 continue
-            if self._cost(job) <= cls.deficit:
+            cost = self._cost(job)
+            if cost <= cls.deficit:
+                self._head_cost = cost  # take's, for this job: not computed twice
                 return cls, job
             self.turns += 1
             if cls.deficit > self.max_turn_end_deficit:
@@ -148,25 +166,36 @@ class Dwrr(BasePolicy):
         found = self._advance(now_ns)
         if found is None:
             return None
-        cls, job = found
-        got = cls.child.dequeue(now_ns)
-        assert got is job, "a child policy's peek and dequeue disagree"
+        job = found[1]
+        self.take(job, now_ns)  # _advance left its class at the ring's head, as peek does
+        return job
+
+    def take(self, job: Job, now_ns: int) -> None:
+        """`dequeue(now_ns)` of the job `peek(now_ns)` just returned (core/policy.py): peek left
+        the class that can afford it at the ring's head, so the ring is not advanced again."""
+        cls = self._ring[0]
+        if cls.take is not None:
+            cls.take(job, now_ns)
+        else:
+            got = cls.child.dequeue(now_ns)
+            assert got is job, "a child policy's peek and dequeue disagree"
         del self._class_of[job.id]
-        cls.deficit -= self._cost(job)
+        cls.deficit -= self._head_cost  # what _advance found this job to cost
         self._len -= 1
         self.dequeued += 1
-        if not len(cls.child):
+        cls.waiting -= 1
+        if not cls.waiting:
             self._ring.popleft()
             cls.active = False
             self.turns += 1
             cls.deficit = 0.0
-        return job
 
     def remove(self, job: Job) -> None:
         cls = self._class_of.pop(job.id, None)
         if cls is None:
             return
         cls.child.remove(job)
+        cls.waiting -= 1
         self._len -= 1
         self.removed += 1
 
@@ -176,6 +205,8 @@ class Dwrr(BasePolicy):
             cls.child.charge(job, now_ns, prefill, decode)
 
     def release(self, job: Job, now_ns: int) -> None:
+        if not self._child_releases:
+            return
         cls = self._classes.get(self._key(job))
         if cls is not None:
             cls.child.release(job, now_ns)

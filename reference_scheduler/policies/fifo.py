@@ -22,18 +22,36 @@ class Fifo(BasePolicy):
         self._q = JobQueue()
 
     def enqueue(self, job: Job, now_ns: int) -> Verdict:
-        self._q.push(job)
+        q = self._q  # JobQueue.push, inlined (here and below: once or twice per request)
+        job.queue = q
+        q._items.append(job)
+        q.live += 1
         self.enqueued += 1
         return ACCEPTED
 
     def peek(self, now_ns: int) -> Job | None:
-        return self._q.head()
+        q = self._q  # JobQueue.head
+        items = q._items
+        while items:
+            job = items[0]
+            if job.queue is q:
+                return job
+            items.popleft()
+        return None
 
     def dequeue(self, now_ns: int) -> Job | None:
         job = self._q.pop()
         if job is not None:
             self.dequeued += 1
         return job
+
+    def take(self, job: Job, now_ns: int) -> None:
+        """`dequeue(now_ns)` of the head `peek(now_ns)` just returned (core/policy.py)."""
+        q = self._q  # JobQueue.take
+        q._items.popleft()
+        job.queue = None
+        q.live -= 1
+        self.dequeued += 1
 
     def remove(self, job: Job) -> None:
         if self._q.discard(job):

@@ -86,6 +86,12 @@ class Sfq(Dwrr):
         self._served_in[self._key(job)] = bucket
         return job
 
+    def take(self, job: Job, now_ns: int) -> None:
+        """Dwrr's take, remembering the bucket as dequeue does (core/policy.py: take)."""
+        bucket = self._class_of[job.id]
+        super().take(job, now_ns)
+        self._served_in[self._key(job)] = bucket
+
     def charge(self, job: Job, now_ns: int, prefill: int = 0, decode: int = 0) -> None:
         bucket = self._served_in.get(self._key(job))
         if bucket is not None:

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from reference_scheduler.core.job import Job
-from reference_scheduler.core.policy import ACCEPTED, BasePolicy, Policy, Verdict
+from reference_scheduler.core.policy import ACCEPTED, BasePolicy, Policy, Verdict, policy_hook
 
 
 def floors(quotas: Sequence[float], ceilings: Sequence[float]) -> list[float]:
@@ -90,25 +90,39 @@ class Tiered(BasePolicy):
         self.running = [0] * len(tiers)
         self.capacity = 1
         self._len = 0
+        self._last = len(tiers) - 1  # the tier of a class no tier names
+        self._thresholds()
+        # each tier's waiting jobs, kept here: `_choose` runs twice per admission and read
+        # len(child), a Python call per tier (issue 35); `release` skips a child's no-op one
+        self._waiting = [0] * len(tiers)
+        self._child_release = [policy_hook(child, "release") for child in self.children]
         self.at_ceiling = [0] * len(tiers)  # decisions in which a tier waited at its ceiling
 
     def bind(self, capacity_slots: int) -> None:
         self.capacity = max(1, int(capacity_slots))
+        self._thresholds()
+
+    def _thresholds(self) -> None:
+        """Each tier's floor and ceiling in slots, the products `_choose` compares running
+        counts with (the same floats), kept here: they change only with the capacity (bind)
+        and the ceilings in force (reclaim), and `_choose` runs twice per admission."""
+        self._floor_slots = [f * self.capacity for f in self.floors]
+        self._lend_slots = [c * self.capacity for c in self._lend]
 
     def tier_of(self, job: Job) -> int:
-        return self._tier_by_class.get(job.tier or job.slo_class, len(self.specs) - 1)
+        return self._tier_by_class.get(job.tier or job.slo_class, self._last)
 
     def _choose(self) -> int | None:
         """The guarantee pass, then the borrowing pass (the module docstring)."""
-        capacity = self.capacity
         borrower = None
-        for k, child in enumerate(self.children):
-            if not len(child):
+        running = self.running
+        floor_slots = self._floor_slots
+        for k, waiting in enumerate(self._waiting):
+            if not waiting:
                 continue
-            running = self.running[k]
-            if running < self.floors[k] * capacity:
+            if running[k] < floor_slots[k]:
                 return k
-            if borrower is None and running < self._lend[k] * capacity:
+            if borrower is None and running[k] < self._lend_slots[k]:
                 borrower = k
         return borrower
 
@@ -116,10 +130,13 @@ class Tiered(BasePolicy):
         """The congestion loop's reclaim_borrowed (scheduler/control.py): while on, no tier
         borrows (each ceiling is its quota), so slots borrowers free go back to their owners."""
         self._lend = self.quotas if on else self.ceilings
+        self._thresholds()
 
     def enqueue(self, job: Job, now_ns: int) -> Verdict:
-        verdict = self.children[self.tier_of(job)].enqueue(job, now_ns)
+        k = self._tier_by_class.get(job.tier or job.slo_class, self._last)  # tier_of
+        verdict = self.children[k].enqueue(job, now_ns)
         if verdict.accepted:
+            self._waiting[k] += 1
             self._len += 1
             self.enqueued += 1
             return ACCEPTED
@@ -139,15 +156,34 @@ class Tiered(BasePolicy):
         job = self.children[k].dequeue(now_ns)
         if job is not None:
             self.running[k] += 1
+            self._waiting[k] -= 1
             self._len -= 1
             self.dequeued += 1
         return job
 
+    def take(self, job: Job, now_ns: int) -> None:
+        """`dequeue(now_ns)` of the job `peek(now_ns)` just returned (core/policy.py): its tier
+        is the one `_choose` picked, so the tiers are not looked at again."""
+        k = self._tier_by_class.get(job.tier or job.slo_class, self._last)  # tier_of
+        child = self.children[k]
+        take = getattr(child, "take", None)
+        if take is not None:
+            take(job, now_ns)
+        else:
+            got = child.dequeue(now_ns)
+            assert got is job, "a child policy's peek and dequeue disagree"
+        self.running[k] += 1
+        self._waiting[k] -= 1
+        self._len -= 1
+        self.dequeued += 1
+
     def remove(self, job: Job) -> None:
-        child = self.children[self.tier_of(job)]
+        k = self.tier_of(job)
+        child = self.children[k]
         before = len(child)
         child.remove(job)
         if len(child) < before:
+            self._waiting[k] -= 1
             self._len -= 1
             self.removed += 1
 
@@ -155,9 +191,11 @@ class Tiered(BasePolicy):
         self.children[self.tier_of(job)].charge(job, now_ns, prefill, decode)
 
     def release(self, job: Job, now_ns: int) -> None:
-        k = self.tier_of(job)
+        k = self._tier_by_class.get(job.tier or job.slo_class, self._last)  # tier_of
         self.running[k] -= 1
-        self.children[k].release(job, now_ns)
+        release = self._child_release[k]
+        if release is not None:
+            release(job, now_ns)
 
     def resumed(self, job: Job, now_ns: int) -> None:
         self.running[self.tier_of(job)] += 1

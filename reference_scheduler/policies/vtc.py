@@ -72,34 +72,56 @@ class Vtc(BasePolicy):
             if self.lift:
                 self._lift(tenant)
             self._backlogged.add(tenant)
-        queue.push(job)
+        job.queue = queue  # JobQueue.push, inlined: it runs once per request
+        queue._items.append(job)
+        queue.live += 1
         self._len += 1
         self.enqueued += 1
         return ACCEPTED
 
     def _lift(self, tenant: str) -> None:
-        others = [self.counters[t] for t in self._backlogged if t != tenant]
-        if others:
-            floor = min(others)
-        elif self._last_left is not None and self._last_left != tenant:
-            floor = self.counters[self._last_left]
-        else:
-            return
-        if floor > self.counters[tenant]:
-            self.counters[tenant] = floor
+        counters = self.counters
+        floor = None  # min over the other backlogged tenants' counters, without a list
+        for t in self._backlogged:
+            if t != tenant:
+                c = counters[t]
+                if floor is None or c < floor:
+                    floor = c
+        if floor is None:
+            if self._last_left is None or self._last_left == tenant:
+                return
+            floor = counters[self._last_left]
+        if floor > counters[tenant]:
+            counters[tenant] = floor
 
     def _pick(self) -> str | None:
+        """The backlogged tenant with the lowest (counter, first-seen order): the order is read
+        only on a tie, and no key tuple is built (it runs twice per admission)."""
         best = None
-        best_key: tuple[float, int] | None = None
+        best_c = 0.0
+        counters = self.counters
         for tenant in self._backlogged:
-            key = (self.counters[tenant], self._order[tenant])
-            if best_key is None or key < best_key:
-                best, best_key = tenant, key
+            c = counters[tenant]
+            if (
+                best is None
+                or c < best_c
+                or (c == best_c and self._order[tenant] < self._order[best])
+            ):
+                best, best_c = tenant, c
         return best
 
     def peek(self, now_ns: int) -> Job | None:
         tenant = self._pick()
-        return self._queues[tenant].head() if tenant is not None else None
+        if tenant is None:
+            return None
+        queue = self._queues[tenant]  # JobQueue.head, inlined: it runs once per admission
+        items = queue._items
+        while items:
+            job = items[0]
+            if job.queue is queue:
+                return job
+            items.popleft()
+        return None
 
     def dequeue(self, now_ns: int) -> Job | None:
         tenant = self._pick()
@@ -114,6 +136,19 @@ class Vtc(BasePolicy):
             self._last_left = tenant
         return job
 
+    def take(self, job: Job, now_ns: int) -> None:
+        """`dequeue(now_ns)` of the job `peek(now_ns)` just returned (core/policy.py): it is
+        its tenant's queue head, so the tenant is not chosen again."""
+        queue = job.queue
+        queue._items.popleft()  # JobQueue.take, inlined
+        job.queue = None
+        queue.live -= 1
+        self._len -= 1
+        self.dequeued += 1
+        if not queue.live:
+            self._backlogged.discard(job.tenant)
+            self._last_left = job.tenant
+
     def remove(self, job: Job) -> None:
         queue = self._queues.get(job.tenant)
         if queue is not None and queue.discard(job):
@@ -126,12 +161,13 @@ class Vtc(BasePolicy):
     def charge(self, job: Job, now_ns: int, prefill: int = 0, decode: int = 0) -> None:
         # called per tenant per decode step: `_weight` inlined, the same float operations
         tenant = job.tenant
-        counters = self.counters
-        if tenant not in counters:
+        weights = self.weights
+        try:  # a tenant never enqueued (or reset since) has no counter: nothing to charge
+            self.counters[tenant] += (self.input_price * prefill + self.output_price * decode) / (
+                weights.get(tenant, job.weight) if weights else job.weight
+            )
+        except KeyError:
             return
-        counters[tenant] += (
-            self.input_price * prefill + self.output_price * decode
-        ) / self.weights.get(tenant, job.weight)
 
     def charge_decode(self, entries: Iterable[list], now_ns: int) -> None:
         """One decode step's charges, `charge(job, now_ns, 0, count)` for each [count, job] of
@@ -141,10 +177,22 @@ class Vtc(BasePolicy):
         weights = self.weights
         zero = self.input_price * 0
         price = self.output_price
-        for count, job in entries:
-            tenant = job.tenant
-            if tenant in counters:
-                counters[tenant] += (zero + price * count) / weights.get(tenant, job.weight)
+        # `tenant in counters` and the weights' lookup cost more than the charge: a missing
+        # counter (a tenant reset since) raises before the sum is taken; without configured
+        # weights the job's weight is the divisor `weights.get` would give
+        if weights:
+            for count, job in entries:
+                tenant = job.tenant
+                try:
+                    counters[tenant] += (zero + price * count) / weights.get(tenant, job.weight)
+                except KeyError:
+                    continue
+        else:
+            for count, job in entries:
+                try:
+                    counters[job.tenant] += (zero + price * count) / job.weight
+                except KeyError:
+                    continue
 
     def stats(self) -> Mapping[str, float]:
         out = dict(super().stats())

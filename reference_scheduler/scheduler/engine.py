@@ -21,113 +21,67 @@ prompt plus max output (reservation admission, as in S-LoRA/VTC's evaluation), s
 never runs out mid-decode; KV pressure shows up as waiting, or as preemption of lower tiers.
 
 Speed. A step must not touch every running sequence: the running context total is kept
-incrementally (+B per decode step), completions are a heap keyed by the *decode-step index* at
-which each job emits its last token, per-tenant decode counts make service charging O(tenants),
-and token times are not stored per token but recovered from the replica's array of decode-step
-end times. A job's output is one or more segments: a lead token (its first, or the one a
-recompute's prefill yields) and a run of decode steps; preempted jobs keep the list."""
+incrementally (+B per decode step), completions are buckets keyed by the *decode-step index* at
+which each job emits its last token (a dict pop per decode step; a bucket of several finishes in
+submission order, as a heap of (step, seq) did), per-tenant decode counts make service charging
+O(tenants), and token times are not stored per token but recovered from the replica's array of
+decode-step end times. A job's output is one or more segments: a lead token (its first, or the
+one a recompute's prefill yields) and a run of decode steps; preempted jobs keep the list.
+
+Per request the simulator runs this file's code a few times (submit, an admission, a first
+token, a finish) and a step about once, so its cost is Python's per call and per attribute
+(issue 35: about 8 µs of CPU a request on the fleet): the hot paths inline what they would
+call (Admission's counts, passover, JobQueue, the job's start and finish), take the job the
+policy just peeked (`take`), skip calls that do nothing (BasePolicy's release) and sum what
+several jobs change before storing it once. Each shortcut is pinned against what it replaces
+in tests/test_engine_fast_paths.py; the golden outputs pin whole runs."""
 
 from __future__ import annotations
 
 import heapq
 from collections import deque
+from operator import attrgetter
 
 from reference_scheduler.core.admission import Admission, AdmissionSpec, refuse_too_long
 from reference_scheduler.core.costmodel import StepNoise
 from reference_scheduler.core.job import Job
-from reference_scheduler.core.policy import Policy, Verdict
+from reference_scheduler.core.policy import Policy, Verdict, policy_hook
 from reference_scheduler.core.preemption import Preemption, PreemptionSpec
 from reference_scheduler.core.prefix_cache import PrefixCache
 from reference_scheduler.scheduler.config import SchedulerConfig
 from reference_scheduler.scheduler.control import Control
-from reference_scheduler.scheduler.passover import PassOver, wait_ends, wait_from
+from reference_scheduler.scheduler.passover import PassOver, wait_ends
+from reference_scheduler.scheduler.preempting import Preempting
+from reference_scheduler.scheduler.replica import Replica, StepResult
+
+_by_seq = attrgetter("seq")
 
 
-class StepResult:
-    """What one iteration did. Reused per replica: read it before stepping that replica again."""
-
-    __slots__ = (
-        "admitted",
-        "duration_ns",
-        "end_ns",
-        "finished",
-        "first_tokens",
-        "n_decode",
-        "n_prefill",
-        "preempted",
-        "replica",
-        "start_ns",
-    )
-
-    def __init__(self, replica: int) -> None:
-        self.replica = replica
-        self.start_ns = 0
-        self.end_ns = 0
-        self.duration_ns = 0
-        self.n_prefill = 0
-        self.n_decode = 0
-        self.admitted: list[Job] = []  # new or resumed
-        self.first_tokens: list[Job] = []  # a token from a finished prefill (first or resumed)
-        self.finished: list[Job] = []
-        self.preempted: list[Job] = []
-
-
-class Replica:
-    __slots__ = (
-        "batch",
-        "context",
-        "decode_ends",
-        "decoding",
-        "extra_ns",
-        "finish_heap",
-        "free_blocks",
-        "index",
-        "last_end_ns",
-        "noise",
-        "pending",
-        "prefilling",
-        "result",
-        "resume",
-        "running",
-        "slots",
-        "steps",
-        "tenant_decode",
-    )
-
-    def __init__(self, index: int, blocks: int) -> None:
-        self.index = index
-        self.steps = 0  # iterations run
-        self.decoding = 0  # decode steps run (the index tokens are keyed by)
-        self.decode_ends: list[int] = []  # end time of each decode step
-        self.batch = 0  # sequences decoding
-        self.context = 0  # their total context tokens
-        self.finish_heap: list[tuple[int, int, Job]] = []  # (last decode step, seq, job)
-        self.prefilling: list[Job] = []
-        self.pending = 0  # prefill tokens still to run for `prefilling`
-        self.slots = 0
-        self.free_blocks = blocks
-        self.tenant_decode: dict[str, list] = {}  # tenant -> [decoding count, a job of it]
-        self.running: dict[int, Job] = {}  # job id -> job, prefilling or decoding
-        self.resume: list[tuple[int, int, Job]] = []  # (tier rank, seq, job) preempted here
-        self.extra_ns = 0  # swap traffic and front-end core time charged to the next step
-        self.last_end_ns: int | None = None  # when its last step ended (None: it never ran)
-        self.result = StepResult(index)
-        self.noise: StepNoise | None = None
-
-
-class Engine:
+class Engine(Preempting):
     def __init__(
-        self, config: SchedulerConfig, policy: Policy | None = None, *, keep_history: bool = True
+        self,
+        config: SchedulerConfig,
+        policy: Policy | None = None,
+        *,
+        keep_history: bool = True,
+        group_counts: bool = True,
     ) -> None:
         """`keep_history=False` is for the long-running server: the simulator needs every decode
         step's end time and the preemption log to rebuild token times afterwards, a server
-        streams tokens as they happen and would only grow by ~40 bytes a step forever."""
+        streams tokens as they happen and would only grow by ~40 bytes a step forever.
+        `group_counts=False` is for the simulator: the waiting counts per tenant and class
+        (`admission.by_tenant`, `by_class`) are for the server's /metrics and for admission
+        limits; with no limits and nobody to read them, two Counter updates a request each way
+        are skipped (issue 35). `admission.waiting` is always kept."""
         self.config = config
         self.profile = config.profile
         self.policy = policy if policy is not None else config.policy_factory()
         self.block_size = config.spec.block_size
         self.kv_blocks = config.kv_blocks
         self.max_model_len = config.max_model_len
+        # the most tokens a job may need: within the context, and ceil(tokens / block_size) KV
+        # blocks within the pool (<=> tokens <= kv_blocks * block_size); one compare a request
+        self._fits = min(self.max_model_len, self.kv_blocks * self.block_size)
         self.replicas = [Replica(i, self.kv_blocks) for i in range(config.replicas)]
         if not keep_history:
             for rep in self.replicas:
@@ -140,6 +94,12 @@ class Engine:
         )
         self._seq = 0
         self.passover = PassOver()  # who an admission pass left waiting (contention)
+        self._fresh = self.passover.fresh  # the same list: pass_ended clears it in place
+        # Per-request calls skipped where they would do nothing (issue 35): a policy's
+        # `release` that is BasePolicy's no-op, and `dequeue` after `peek` when the policy can
+        # take the job it just peeked without looking again (`take`).
+        self._release = policy_hook(self.policy, "release")
+        self._take = getattr(self.policy, "take", None)
         noise = StepNoise.per_replica(
             config.spec.step_noise_cv, config.spec.seed, len(self.replicas)
         )
@@ -149,12 +109,15 @@ class Engine:
         # Always present: with no limits it admits everything and just keeps the waiting counts
         # per tenant and class that the metrics report.
         self.admission = Admission(spec.admission or AdmissionSpec())
+        # per tenant and class counts skipped only without limits (a simulation's spec is fixed)
+        self._skip_counts = not group_counts and self.admission.open_for is not None
         self.cache = PrefixCache(spec.prefix_cache, self.block_size) if spec.prefix_cache else None
         self.preemption = Preemption(
             spec.preemption or PreemptionSpec(), self.profile.kv_bytes_per_token
         )
         if not keep_history:
             self.preemption.log = deque(maxlen=1024)  # type: ignore[assignment]
+        self._preempting = self.preemption.enabled  # a property: read once, not per pass
         self.tier_ranks = sorted(spec.tier_ranks.items(), key=lambda kv: kv[1])
         # The front end's core time per request (costmodel): one replica pays it when a request
         # arrives while it runs others, as vLLM mode does; with several, a request's replica is
@@ -180,9 +143,8 @@ class Engine:
     def submit(self, job: Job, now_ns: int) -> Verdict:
         self._seq += 1
         job.seq = self._seq
-        too_long = refuse_too_long(job, self.max_model_len, self.block_size, self.kv_blocks)
-        if too_long is not None:
-            return too_long
+        if job.prompt_tokens + job.max_tokens > self._fits:
+            return refuse_too_long(job, self.max_model_len, self.block_size, self.kv_blocks)  # type: ignore[return-value]
         if self.control is not None:
             refused = self.control.submit(job, now_ns)
             if refused is not None:
@@ -190,19 +152,38 @@ class Engine:
                 job.reject_code = refused.code
                 job.retry_after_s = refused.retry_after_s
                 return refused
-        verdict = self.admission.enter(job, now_ns, self.policy)
-        if verdict.accepted:
-            self.passover.arrived(job)
-        rep = self.replicas[0]
-        if self._steal_ns and self._steal_at_arrival and verdict.accepted and rep.running:
-            rep.extra_ns += self._steal_ns  # its front end ran beside the replica's steps
+        adm = self.admission
+        if adm.open_for is adm.spec:
+            # no admission limits: `Admission.enter` without its checks, inlined (it runs once
+            # per request; issue 35)
+            verdict = self.policy.enqueue(job, now_ns)
+            if verdict.accepted:
+                adm.waiting += 1
+                if not self._skip_counts:
+                    adm.by_tenant[job.tenant] += 1
+                    adm.by_class[job.slo_class] += 1
+            else:
+                job.status = "rejected"
+                job.reject_code = verdict.code
+                job.retry_after_s = verdict.retry_after_s
+                return verdict
+        else:
+            verdict = adm.enter(job, now_ns, self.policy)
+            if not verdict.accepted:
+                return verdict
+        self._fresh.append(job)  # passover.arrived
+        if self._steal_ns and self._steal_at_arrival and self.replicas[0].running:
+            self.replicas[0].extra_ns += self._steal_ns  # its front end ran beside the steps
         return verdict
 
     def cancel(self, job: Job, now_ns: int) -> bool:
         """Stop a job wherever it is (client went away). True if it was still live."""
         if job.status == "waiting":
             self.policy.remove(job)
-            self.admission.left_queue(job)
+            if self._skip_counts:
+                self.admission.waiting -= 1
+            else:
+                self.admission.left_queue(job)
             wait_ends(job, now_ns)
         elif job.status == "running":
             rep = self.replicas[job.replica]
@@ -222,163 +203,17 @@ class Engine:
         job.done_ns = now_ns
         return True
 
-    def promote(self, job: Job, now_ns: int) -> bool:
-        """Move a waiting job back up one tier (the explicit, counted inverse of demotion)."""
-        if job.status != "waiting" or job.tier is None:
-            return False
-        self.policy.remove(job)
-        self._set_tier(job, job.priority - 1)
-        self.policy.enqueue(job, now_ns)
-        self.preemption.promotions += 1
-        return True
-
-    # ------------------------------------------------------------------ preemption
-
-    def _set_tier(self, job: Job, rank: int) -> None:
-        names = [name for name, r in self.tier_ranks if r == rank]
-        job.priority = rank
-        job.tier = names[0] if names else job.tier
-        if job.tier == job.slo_class:
-            job.tier = None
-
-    def _lower_rank(self, rank: int) -> int | None:
-        lower = [r for _, r in self.tier_ranks if r > rank]
-        return min(lower) if lower else None
-
-    def _take_off(self, rep: Replica, job: Job) -> None:
-        """Remove a running job from the replica's batch (prefilling or decoding)."""
-        del rep.running[job.id]
-        if job.prefill_left > 0 or job in rep.prefilling:
-            rep.prefilling.remove(job)
-            rep.pending -= job.prefill_left
-            return
-        done = rep.decoding - job.first_step  # decode steps this segment has run
-        rep.finish_heap = [e for e in rep.finish_heap if e[2] is not job]
-        heapq.heapify(rep.finish_heap)
-        rep.batch -= 1
-        rep.context -= job.prompt_tokens + job.generated + done
-        self._untrack(rep, job)
-        job.segments.append((rep.index, job.lead_ns, job.first_step, done))
-        job.lead_ns = -1
-        job.generated += done
-
-    def _room(self, rep: Replica, cand: Job, need: int, now_ns: int) -> bool:
-        """Make room for `cand` on `rep` by preempting lower tiers (the resource loop's quota
-        lets a missing tenant preempt its own tier too; a policy's guarantees, tiered's floors,
-        are kept), or demote it. True if the admission loop should look again."""
-        pre = self.preemption
-        cooperative = pre.spec.mode == "cooperative"
-        control = self.control
-        grant = control.may_preempt if control is not None else None
-        victims = sorted(
-            (
-                j
-                for j in rep.running.values()
-                if j.priority > cand.priority
-                or (grant and j.priority == cand.priority and grant(cand.tenant, j))
-            ),
-            key=lambda j: (-j.priority, -j.admit_ns, -j.seq),
-        )
-        if not victims:
-            return False
-        slots = rep.slots
-        blocks = rep.free_blocks
-        chosen: list[Job] = []
-        protects = getattr(self.policy, "protects", None)
-        for victim in victims:
-            if slots < self.profile.max_num_seqs and need <= blocks:
-                break
-            if protects is not None and protects(victim, chosen, cand):
-                continue
-            chosen.append(victim)
-            slots -= 1
-            if not cooperative:
-                blocks += victim.blocks
-        if not (slots < self.profile.max_num_seqs and need <= blocks):
-            return False  # even all lower-tier victims would not make room
-        same = sum(1 for victim in chosen if victim.priority == cand.priority)
-        if same and (control is None or same > control.credits.get(cand.tenant, 0)):
-            return False  # more same-tier victims than the resource loop granted
-        for victim in chosen:
-            if pre.over_budget(victim.tenant, now_ns):
-                lower = self._lower_rank(cand.priority)
-                if lower is None:
-                    return False
-                self.policy.remove(cand)  # demote the waiting job instead of preempting
-                self._set_tier(cand, lower)
-                self.policy.enqueue(cand, now_ns)
-                pre.demotions += 1
-                pre.log.append((now_ns, "demote", cand.id, lower))
-                return True
-        for victim in chosen:
-            self._preempt(rep, victim, now_ns)
-        if same and control is not None:
-            control.spend(cand.tenant, same)
-            self._granted = cand  # its victims must not resume into the room made for it
-        return True
-
-    def _preempt(self, rep: Replica, victim: Job, now_ns: int) -> None:
-        pre = self.preemption
-        mode = pre.spec.mode
-        self._take_off(rep, victim)
-        computed = victim.prompt_tokens + victim.generated - victim.prefill_left
-        rep.slots -= 1
-        pre.log.append((now_ns, "preempt", victim.id, computed))
-        if mode == "swap":
-            pre.swap_out_bytes += computed * pre.kv_bytes_per_token
-            rep.extra_ns += pre.swap_ns(computed)
-            victim.swapped_tokens = computed
-        if mode != "cooperative":
-            rep.free_blocks += victim.blocks
-            victim.blocks = 0
-        if mode == "recompute":
-            victim.prefill_left = 0  # everything computed is lost; recounted at resume
-        victim.status = "preempted"
-        victim.preemptions += 1
-        wait_from(victim, now_ns)
-        pre.record(victim.tenant, victim.slo_class, now_ns)
-        self.policy.release(victim, now_ns)
-        heapq.heappush(rep.resume, (victim.priority, victim.seq, victim))
-        rep.result.preempted.append(victim)
-
-    def _resume(self, rep: Replica, job: Job, now_ns: int) -> None:
-        pre = self.preemption
-        mode = pre.spec.mode
-        if job.blocks == 0:
-            job.blocks = self.blocks_for(job)
-            rep.free_blocks -= job.blocks
-        rep.slots += 1
-        rep.running[job.id] = job
-        job.status = "running"
-        wait_ends(job, now_ns)
-        self.policy.resumed(job, now_ns)
-        rep.result.admitted.append(job)
-        if mode == "recompute":
-            context = job.prompt_tokens + job.generated
-            cached = 0
-            if self.cache is not None and job.block_hashes:
-                cached = self.cache.match(job.block_hashes, context)
-            job.prefill_left = context - cached
-            pre.recompute_tokens += job.prefill_left
-            pre.log.append((now_ns, "recompute", job.id, job.prefill_left))
-        elif mode == "swap" and job.swapped_tokens:
-            pre.swap_in_bytes += job.swapped_tokens * pre.kv_bytes_per_token
-            rep.extra_ns += pre.swap_ns(job.swapped_tokens)
-            pre.log.append((now_ns, "swap_in", job.id, job.swapped_tokens))
-            job.swapped_tokens = 0
-        if job.prefill_left > 0:
-            rep.pending += job.prefill_left
-            rep.prefilling.append(job)
-        else:
-            self._join_decode(rep, job)
-
     def _join_decode(self, rep: Replica, job: Job) -> None:
         """Decode from the next decode step on, until the job's last token."""
         job.first_step = rep.decoding
         rep.batch += 1
         rep.context += job.prompt_tokens + job.generated
         last = rep.decoding + (job.max_tokens - job.generated) - 1
-        heapq.heappush(rep.finish_heap, (last, job.seq, job))
+        bucket = rep.finish_at.get(last)
+        if bucket is None:
+            rep.finish_at[last] = [job]
+        else:
+            bucket.append(job)
         entry = rep.tenant_decode.get(job.tenant)
         if entry is None:
             rep.tenant_decode[job.tenant] = [1, job]
@@ -392,8 +227,19 @@ class Engine:
         prof = self.profile
         chunked = prof.chunked_prefill
         cap = prof.max_num_batched_tokens
+        max_seqs = prof.max_num_seqs
+        block_size = self.block_size
         budget = cap - rep.batch if chunked else cap
-        preempting = self.preemption.enabled
+        preempting = self._preempting
+        take = self._take
+        adm = self.admission  # its `waiting` is len(policy), without a call (see step)
+        skip_counts = self._skip_counts
+        charge = policy.charge if self._uses_charge else None
+        cache = self.cache
+        running = rep.running
+        prefilling = rep.prefilling
+        admitted = rep.result.admitted
+        index = rep.index
         # several replicas: each job admitted now pays its front end if the replica ran others
         steal = 0 if self._steal_at_arrival or not rep.running else self._steal_ns
         # a replica that had nothing to run for idle_after_ms wakes up before its first job
@@ -403,7 +249,7 @@ class Engine:
         while True:
             if chunked and rep.pending >= budget:
                 break
-            cand = policy.peek(now_ns) if len(policy) else None
+            cand = policy.peek(now_ns) if adm.waiting else None
             if (
                 rep.resume
                 and (cand is None or rep.resume[0][0] <= cand.priority)
@@ -411,7 +257,7 @@ class Engine:
             ):
                 job = rep.resume[0][2]
                 need = 0 if job.blocks else self.blocks_for(job)
-                if rep.slots >= prof.max_num_seqs or need > rep.free_blocks:
+                if rep.slots >= max_seqs or need > rep.free_blocks:
                     break  # a resuming job waits for room; it never preempts
                 heapq.heappop(rep.resume)
                 self._resume(rep, job, now_ns)
@@ -420,37 +266,46 @@ class Engine:
                 break
             if not chunked and rep.pending and rep.pending + cand.prompt_tokens > cap:
                 break
-            need = -(-(cand.prompt_tokens + cand.max_tokens) // self.block_size)
-            if rep.slots >= prof.max_num_seqs or need > rep.free_blocks:
+            need = -(-(cand.prompt_tokens + cand.max_tokens) // block_size)
+            if rep.slots >= max_seqs or need > rep.free_blocks:
                 if preempting and self._room(rep, cand, need, now_ns):
                     continue
                 break
-            got = policy.dequeue(now_ns)
-            assert got is cand, f"{type(policy).__name__}: peek and dequeue disagree"
+            if take is not None:
+                take(cand, now_ns)  # the policy's dequeue of what it just peeked
+            else:
+                got = policy.dequeue(now_ns)
+                assert got is cand, f"{type(policy).__name__}: peek and dequeue disagree"
             self._granted = None
-            self._start(rep, cand, need, now_ns)
+            # start it (inlined: once per request)
+            rep.free_blocks -= need
+            rep.slots += 1
+            running[cand.id] = cand
+            cand.blocks = need
+            cand.status = "running"
+            cand.replica = index
+            cand.admit_ns = now_ns
+            if cand.wait_since_ns >= 0:  # passover.wait_ends
+                cand.backlog_ns += now_ns - cand.wait_since_ns
+                cand.wait_since_ns = -1
+            adm.waiting -= 1  # Admission.left_queue
+            if not skip_counts:
+                adm.by_tenant[cand.tenant] -= 1
+                adm.by_class[cand.slo_class] -= 1
+            if cache is not None and cand.block_hashes:
+                cand.cached_tokens = cache.match(cand.block_hashes, cand.prompt_tokens)
+            cand.prefill_left = left = cand.prompt_tokens - cand.cached_tokens
+            rep.pending += left
+            prefilling.append(cand)
+            admitted.append(cand)
+            if charge is not None:
+                charge(cand, now_ns, cand.prompt_tokens)  # its prefill, passed by position
             rep.extra_ns += steal + wake
             wake = 0
-        self.passover.pass_ended(now_ns, len(policy))
-
-    def _start(self, rep: Replica, job: Job, need: int, now_ns: int) -> None:
-        rep.free_blocks -= need
-        rep.slots += 1
-        rep.running[job.id] = job
-        job.blocks = need
-        job.status = "running"
-        job.replica = rep.index
-        job.admit_ns = now_ns
-        wait_ends(job, now_ns)
-        self.admission.left_queue(job)
-        if self.cache is not None and job.block_hashes:
-            job.cached_tokens = self.cache.match(job.block_hashes, job.prompt_tokens)
-        job.prefill_left = job.prompt_tokens - job.cached_tokens
-        rep.pending += job.prefill_left
-        rep.prefilling.append(job)
-        rep.result.admitted.append(job)
-        if self._uses_charge:
-            self.policy.charge(job, now_ns, prefill=job.prompt_tokens)
+        if admitted:
+            rep.result.dirty = True
+        if self._fresh:
+            self.passover.pass_ended(now_ns, len(policy))
 
     def _untrack(self, rep: Replica, job: Job) -> None:
         entry = rep.tenant_decode[job.tenant]
@@ -465,8 +320,10 @@ class Engine:
         job.done_ns = end
         rep.slots -= 1
         rep.free_blocks += job.blocks
-        self.policy.release(job, end)
+        if self._release is not None:
+            self._release(job, end)
         rep.result.finished.append(job)
+        rep.result.dirty = True
         if self.control is not None:
             self.control.finished(job)
 
@@ -476,27 +333,32 @@ class Engine:
         res = rep.result
         # Reused per replica (the driver reads it first); clearing an empty list is skipped,
         # since most steps emit nothing (issue 35: the per-step overhead is the simulator's cost).
-        if res.admitted:
+        if res.dirty:  # one check for the four lists: most steps emit nothing
+            res.dirty = False
             res.admitted.clear()
-        if res.first_tokens:
             res.first_tokens.clear()
-        if res.finished:
             res.finished.clear()
-        if res.preempted:
             res.preempted.clear()
         if self.control is not None:
             self.control.step(now_ns, len(self.policy))
-        if (rep.resume or len(self.policy)) and (
+        # admission.waiting is len(policy): every job enters the policy through submit (counted
+        # when accepted; no policy refuses one) and leaves by _start or cancel (counted down);
+        # promote and demote re-enqueue what they removed. Read here, it spares a Python
+        # `__len__` call per step (tests/test_engine_fast_paths.py checks the two agree).
+        if (rep.resume or self.admission.waiting) and (
             rep.batch == 0 or rep.steps % prof.admit_every == 0
         ):
             self._admit(rep, now_ns)
 
         # Compose the iteration.
+        prefilling = rep.prefilling
+        extra = rep.extra_ns
         n = 0
         done = 0
-        prefilling = rep.prefilling
         if not prefilling:
             decoding = rep.batch
+            if not decoding and not extra:
+                return None  # nothing to run (the check below, for the common case)
         elif prof.chunked_prefill:
             decoding = rep.batch
             room = prof.max_num_batched_tokens - decoding
@@ -515,7 +377,6 @@ class Engine:
                 n += job.prefill_left
                 job.prefill_left = 0
             done = len(prefilling)
-        extra = rep.extra_ns
         if n == 0 and decoding == 0 and done == 0 and not extra:
             return None
 
@@ -535,7 +396,8 @@ class Engine:
         end = now_ns + duration
         rep.last_end_ns = end
         rep.steps += 1
-        rep.pending -= n
+        if n:
+            rep.pending -= n
         res.start_ns = now_ns
         res.end_ns = end
         res.duration_ns = duration
@@ -553,41 +415,106 @@ class Engine:
                 charge = self.policy.charge
                 for count, job in rep.tenant_decode.values():
                     charge(job, end, 0, count)
-            heap = rep.finish_heap
-            while heap and heap[0][0] == k:
-                job = heapq.heappop(heap)[2]
-                job.last_step = k
-                rep.batch -= 1
-                rep.context -= job.prompt_tokens + job.max_tokens
-                self._untrack(rep, job)
-                if job.segments:
-                    job.segments.append((r, job.lead_ns, job.first_step, k + 1 - job.first_step))
-                self._finish(rep, job, end)
+            ending = rep.finish_at.pop(k, None)
+            if ending is not None:
+                self._finish_decoding(rep, ending, k, end)
 
         if done:
-            first = prefilling[:done]
-            del prefilling[:done]
-            cache = self.cache
-            for job in first:
-                res.first_tokens.append(job)
-                if job.generated == 0:
-                    job.first_token_ns = end
-                    if cache is not None and job.block_hashes:  # its prompt's blocks now exist
-                        cache.insert(
-                            job.block_hashes[: job.prompt_tokens // self.block_size], job.slo_class
-                        )
-                job.lead_ns = end
-                if job.max_tokens == 0 or job.generated + 1 >= job.max_tokens:
-                    if job.segments:
-                        job.segments.append((r, end, rep.decoding, 0))
-                    job.generated = job.max_tokens
-                    self._finish(rep, job, end)
-                    continue
-                job.generated += 1
-                self._join_decode(rep, job)
-                if self._uses_charge:
-                    self.policy.charge(job, end, 0, 1)
+            self._first_tokens(rep, prefilling, done, end)
         return res
+
+    def _finish_decoding(self, rep: Replica, ending: list[Job], k: int, end: int) -> None:
+        """The jobs whose last token is decode step k's, in submission order (`_finish`,
+        inlined per job)."""
+        if len(ending) > 1:
+            ending.sort(key=_by_seq)
+        r = rep.index
+        tenant_decode = rep.tenant_decode
+        running = rep.running
+        finished = rep.result.finished
+        rep.result.dirty = True
+        finishes = self.admission.finish_times
+        horizon = end - 10_000_000_000  # Admission.finished's window, inlined
+        release = self._release
+        control = self.control
+        gone = 0  # the context the finished jobs held, blocks they free: summed, stored once
+        blocks = 0
+        for job in ending:
+            job.last_step = k
+            gone += job.prompt_tokens + job.max_tokens
+            entry = tenant_decode[job.tenant]  # _untrack
+            entry[0] -= 1
+            if entry[0] == 0:
+                del tenant_decode[job.tenant]
+            if job.segments:
+                job.segments.append((r, job.lead_ns, job.first_step, k + 1 - job.first_step))
+            finishes.append(end)
+            del running[job.id]
+            job.status = "finished"
+            job.done_ns = end
+            blocks += job.blocks
+            if release is not None:
+                release(job, end)
+            finished.append(job)
+            if control is not None:
+                control.finished(job)
+        while finishes[0] < horizon:
+            finishes.popleft()
+        rep.batch -= len(ending)
+        rep.slots -= len(ending)
+        rep.context -= gone
+        rep.free_blocks += blocks
+
+    def _first_tokens(self, rep: Replica, prefilling: list[Job], done: int, end: int) -> None:
+        """The `done` jobs at the head of `prefilling` finished their prefill in this step: each
+        yields a token, then decodes from the next decode step on, or finishes."""
+        first = prefilling[:done]
+        del prefilling[:done]
+        cache = self.cache
+        firsts = rep.result.first_tokens
+        rep.result.dirty = True
+        charge = self.policy.charge if self._uses_charge else None
+        decoding = rep.decoding
+        finish_at = rep.finish_at
+        firsts.extend(first)
+        joined = 0  # sequences that start decoding, and their context: stored once
+        context = 0
+        for job in first:
+            generated = job.generated
+            if generated == 0:
+                job.first_token_ns = end
+                if cache is not None and job.block_hashes:  # its prompt's blocks now exist
+                    cache.insert(
+                        job.block_hashes[: job.prompt_tokens // self.block_size], job.slo_class
+                    )
+            job.lead_ns = end
+            max_tokens = job.max_tokens
+            if max_tokens == 0 or generated + 1 >= max_tokens:
+                if job.segments:
+                    job.segments.append((rep.index, end, decoding, 0))
+                job.generated = max_tokens
+                self._finish(rep, job, end)
+                continue
+            job.generated = generated = generated + 1
+            # _join_decode, inlined: decode from the next decode step on, until the last token
+            job.first_step = decoding
+            joined += 1
+            context += job.prompt_tokens + generated
+            last = decoding + max_tokens - generated - 1
+            bucket = finish_at.get(last)
+            if bucket is None:
+                finish_at[last] = [job]
+            else:
+                bucket.append(job)
+            entry = rep.tenant_decode.get(job.tenant)
+            if entry is None:
+                rep.tenant_decode[job.tenant] = [1, job]
+            else:
+                entry[0] += 1
+            if charge is not None:
+                charge(job, end, 0, 1)
+        rep.batch += joined
+        rep.context += context
 
     def busy(self, r: int) -> bool:
         rep = self.replicas[r]
@@ -597,4 +524,6 @@ class Engine:
         """Jobs still decoding that produced a token in replica r's last decode step; those that
         finished in it are in that step's `finished` (server streaming)."""
         rep = self.replicas[r]
-        return [e[2] for e in rep.finish_heap if e[2].first_step < rep.decoding]
+        return [
+            j for bucket in rep.finish_at.values() for j in bucket if j.first_step < rep.decoding
+        ]

@@ -492,8 +492,11 @@ class VllmEngine:
         return out
 
 
-def make_engine(config: SchedulerConfig, *, keep_history: bool = True) -> Engine | VllmEngine:
-    """The engine a configuration asks for (`scheduler.engine`)."""
+def make_engine(
+    config: SchedulerConfig, *, keep_history: bool = True, group_counts: bool = True
+) -> Engine | VllmEngine:
+    """The engine a configuration asks for (`scheduler.engine`); `group_counts` as for Engine
+    (the vLLM model keeps its own counts either way)."""
     if config.engine == "vllm":
         return VllmEngine(config, keep_history=keep_history)
-    return Engine(config, keep_history=keep_history)
+    return Engine(config, keep_history=keep_history, group_counts=group_counts)
