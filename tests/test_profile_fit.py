@@ -197,3 +197,24 @@ def test_the_mixed_step_ends_at_its_first_output() -> None:
     streams = [_stream(gaps) for _ in range(3)]
     assert gap_at(streams, int(90e6)) == pytest.approx(30.0)
     assert gap_at(streams, int(91.5e6)) == pytest.approx(31.5)
+
+
+def test_the_mixed_step_is_read_from_the_gap_its_prompt_was_sent_in() -> None:
+    """`gap_at` with the send time: decode streams of 10 ms steps; the long prompt sent at
+    52 ms (gap 5), its front end on the engine's core 3 ms of gap 5 and 2 ms of gap 6 (the CPU
+    vLLM's API server tokenising it before its engine sees it), then a 30 ms mixed step (gap 7).
+    From the gap it was sent in, the window holds the step and the whole arrival (35), as the
+    arrival phase's window does, so the arrival phase's 5 ms taken out leaves the step; the
+    two gaps alone hold 2 ms of it (32), and 5 taken out of those read the step 3 ms short.
+    Sent in the gap before the step (the reference server's charge on the next step), both
+    windows are the same two gaps."""
+    from fairbench.targets.profile.probe import gap_at
+
+    gaps = [10.0] * 5 + [13.0, 12.0, 30.0] + [10.0] * 4
+    streams = [_stream(gaps) for _ in range(3)]
+    end = int(sum(gaps[:8]) * 1e6)  # the mixed step's token, and the long prompt's with it
+    assert gap_at(streams, end) == pytest.approx(32.0)
+    assert gap_at(streams, end, sent_ns=int(52e6)) == pytest.approx(35.0)
+    assert gap_at(streams, end, sent_ns=int(64e6)) == pytest.approx(32.0)
+    # its first output before the decodes' tokens (`test_the_mixed_step_ends_at_its_first_output`)
+    assert gap_at(streams, end - int(1e6), sent_ns=int(52e6)) == pytest.approx(34.0)

@@ -46,12 +46,22 @@ def steady_gap(streams: Sequence[Stream]) -> tuple[float, float] | None:
     return float(np.median(gaps)) / 1e6, float(np.mean(made))
 
 
-def gap_at(streams: Sequence[Stream], at_ns: int) -> float | None:
+def gap_at(streams: Sequence[Stream], at_ns: int, sent_ns: int | None = None) -> float | None:
     """The step that delivered the event at `at_ns`, in ms: per decode stream, the token
-    delivered with it (the nearest arrival) is token k, and the step is t_k − t_(k−2) less the
-    stream's median decode gap before it; the median over streams. Two gaps, not one: a token
-    stamped late (the client or server busy with the arriving request) would shorten one gap
-    and lengthen the next, and over the two the lateness cancels."""
+    delivered with it (the nearest arrival) is token k, the step ends at the first of the two
+    (t_k or `at_ns`), and it is read from t_(k−2), less the stream's median decode gap before
+    the window; the median over streams. Two gaps, not one: a token stamped late (the client or
+    server busy with the arriving request) would shorten one gap and lengthen the next, and
+    over the two the lateness cancels. With `sent_ns` (when the request was sent), the window
+    starts at the gap it was sent in if that is earlier, less one median gap for each gap
+    before the step: then it holds whatever the arrival cost the steps before the engine took
+    it in, as the arrival phase's window does (`arrival_costs`), and taking the one out of the
+    other leaves the step. Why: the CPU vLLM's API server tokenises a prompt on the engine's
+    core before its engine sees it, over the steps before the mixed one (the arrival phase read
+    3.4-12 ms; the mixed step's two gaps held about 0-2 ms of it), so the arrival phase's whole
+    cost taken out of two gaps went below the step, to `a` 0-1.4 ms and `b` halved, and the
+    fidelity test's twins ran fast; the reference server charges the step after the arrival,
+    inside the two gaps either way."""
     steps = []
     for s in streams:
         t = np.array(s.token_ns, dtype=np.int64)
@@ -60,8 +70,14 @@ def gap_at(streams: Sequence[Stream], at_ns: int) -> float | None:
         k = int(np.argmin(np.abs(t - at_ns)))
         if k < 4:
             continue
-        before = float(np.median(np.diff(t[: k - 1])))
-        steps.append(float(min(t[k], at_ns) - t[k - 2]) - before)
+        start = k - 2
+        if sent_ns is not None:  # the token before it was sent: the gap it was sent in
+            start = min(start, int(np.searchsorted(t, sent_ns, side="right")) - 1)
+        if start < 2:
+            continue
+        before = float(np.median(np.diff(t[: start + 1])))
+        window = float(min(t[k], at_ns) - t[start])
+        steps.append(window - (k - start - 1) * before)
     return float(np.median(steps)) / 1e6 if steps else None
 
 
@@ -193,7 +209,9 @@ async def one_round(
         await _until(live, tokens // 3, decoders)
         long = await client.stream(n, 1)
         streams = await asyncio.gather(*decoders)
-        gap = gap_at(streams, long.token_ns[0])
+        # read from the gap it was sent in where the arrival phase measures what that costs
+        # (`gap_at`), which the fit then takes out; else the two gaps, as before the phase
+        gap = gap_at(streams, long.token_ns[0], long.sent_ns if queued else None)
         if gap is not None:
             at = long.token_ns[0]
             context = context_at(streams, at)
