@@ -32,15 +32,18 @@ The experiment, one phase at a time (nothing else should load the engine meanwhi
    decode streams' gap that ends with its first token is the mixed step: its prefill chunk and
    the B decode tokens in one pass, read up to the first output of the step (the long
    prompt's token or the decodes', whichever the client saw first: a server that finishes the
-   long request before it writes the decodes' tokens stamps them late). This is what separates
-   `a` from the request overhead.
+   long request before it writes the decodes' tokens stamps them late; vLLM writes the decodes'
+   first, and this changes nothing there). Where the arrival phase runs, the window starts at
+   the gap the long prompt was sent in, so it holds what its arrival cost the steps before the
+   engine took it in, as the arrival phase's window does. This is what separates `a` from the
+   request overhead.
 4. **Arrivals.** `max_num_seqs` streams decode (no slot free), and each mixed step's prompt
    is sent among them, ARRIVAL_SPACING steps apart (`max_tokens=1`: each waits for a slot).
    Observed: what the ARRIVAL_WINDOW decode gaps from the one it was sent in took beyond as
    many of the batch's median gap. That is the arrival's front end alone (the server parsing
    and tokenising it, whatever the engine charges an arrival), with no prefill in the step;
    the mixed steps carry it too, since their long prompt arrives at a busy engine, so the fit
-   takes each prompt length's median out of them (`fit.arrival` in the profile). Left in,
+   takes it out of them (`fit.arrival` in the profile: a line in the prompt's length). Left in,
    it went to `a`, which every prefill pays, busy engine or not. Skipped where the decode
    batches probed stop short of `max_num_seqs` (the engine did not say it and was not told).
 5. **Load.** A burst of `load_requests` streamed requests shaped like a workload's
