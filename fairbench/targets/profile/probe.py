@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -202,6 +203,10 @@ async def one_round(
             context = round(batch_ * (real_prompt + made))
             obs.append(Observation("decode", 0, batch_, context, gap, f"decode {batch_}x{prompt}"))
         step("decode")
+    # each mixed step read both ways (`gap_at`): from the gap its prompt was sent in, which
+    # holds what the arrival cost the steps before the engine took it in, kept where this
+    # round's arrival phase measured that cost (the fit takes it out); else the two gaps alone
+    read: list[tuple[Observation, Observation | None]] = []
     for n in mixed:
         live = [Stream(0) for _ in range(batch)]
         decoders = [asyncio.create_task(client.stream(32, tokens, s)) for s in live]
@@ -209,18 +214,21 @@ async def one_round(
         await _until(live, tokens // 3, decoders)
         long = await client.stream(n, 1)
         streams = await asyncio.gather(*decoders)
-        # read from the gap it was sent in where the arrival phase measures what that costs
-        # (`gap_at`), which the fit then takes out; else the two gaps, as before the phase
-        gap = gap_at(streams, long.token_ns[0], long.sent_ns if queued else None)
+        at = long.token_ns[0]
+        gap = gap_at(streams, at)
         if gap is not None:
-            at = long.token_ns[0]
-            context = context_at(streams, at)
-            n_real = int(long.prompt_tokens or n)
-            obs.append(Observation("mixed", n_real, batch, context, gap, f"mixed {n}+{batch}"))
+            point = Observation(
+                "mixed", int(long.prompt_tokens or n), batch, context_at(streams, at), gap,
+                f"mixed {n}+{batch}",
+            )  # fmt: skip
+            sent = gap_at(streams, at, long.sent_ns) if queued else None
+            read.append((point, None if sent is None else replace(point, ms=sent)))
         step("mixed")
+    came = await arrivals(client, full, arrive, queued) if queued else []
     if queued:
-        obs += await arrivals(client, full, arrive, queued)
         step("arrival")
+    obs += [wide if came and wide is not None else two for two, wide in read]
+    obs += came
     # the load's requests are sent one after another, a little faster than this round's steps
     # say the engine serves them: a queue builds, so every request after the first arrives at
     # a busy engine, spread over its steps as a live run's arrivals are
