@@ -218,3 +218,16 @@ def test_the_mixed_step_is_read_from_the_gap_its_prompt_was_sent_in() -> None:
     assert gap_at(streams, end, sent_ns=int(64e6)) == pytest.approx(32.0)
     # its first output before the decodes' tokens (`test_the_mixed_step_ends_at_its_first_output`)
     assert gap_at(streams, end - int(1e6), sent_ns=int(52e6)) == pytest.approx(34.0)
+
+
+def test_the_wider_read_is_kept_only_beside_an_arrival_measure() -> None:
+    """`mixed_points`: a round whose arrival phase measured something keeps each mixed step's
+    read from its prompt's send (the fit takes the arrival out of it); a round where it
+    measured nothing, or a step with no wider read, keeps the two gaps, which the fit uses as
+    they are."""
+    from fairbench.targets.profile.probe import mixed_points
+
+    two = [Observation("mixed", n, 3, 200, 20.0, f"mixed {n}+3") for n in (256, 512)]
+    read = [(two[0], Observation("mixed", 256, 3, 200, 24.0, "mixed 256+3")), (two[1], None)]
+    assert [o.ms for o in mixed_points(read, True)] == [24.0, 20.0]
+    assert mixed_points(read, False) == two

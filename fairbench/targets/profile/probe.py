@@ -82,6 +82,17 @@ def gap_at(streams: Sequence[Stream], at_ns: int, sent_ns: int | None = None) ->
     return float(np.median(steps)) / 1e6 if steps else None
 
 
+def mixed_points(
+    read: Sequence[tuple[Observation, Observation | None]], arrivals_measured: bool
+) -> list[Observation]:
+    """The mixed steps of a round, each read over its two gaps and (None where not read so)
+    from the gap its prompt was sent in (`gap_at`): the latter where the round's arrival phase
+    measured what an arrival costs, since the fit takes that out of the mixed steps and only
+    the wider window holds all of it; else the two gaps, which the fit uses as they are (as
+    for a profile without the phase: an engine that admitted the arrivals, or no window)."""
+    return [wide if arrivals_measured and wide is not None else two for two, wide in read]
+
+
 def arrival_costs(streams: Sequence[Stream], sent_ns: Sequence[int]) -> list[float | None]:
     """What each request sent at `sent_ns` (ms) added to the full batch's decode steps while it
     waited: per decode stream, the ARRIVAL_WINDOW gaps from the one it was sent in, less as
@@ -227,7 +238,7 @@ async def one_round(
     came = await arrivals(client, full, arrive, queued) if queued else []
     if queued:
         step("arrival")
-    obs += [wide if came and wide is not None else two for two, wide in read]
+    obs += mixed_points(read, bool(came))
     obs += came
     # the load's requests are sent one after another, a little faster than this round's steps
     # say the engine serves them: a queue builds, so every request after the first arrives at
