@@ -246,12 +246,14 @@ def test_profile_rows_and_lines_are_what_the_command_prints() -> None:
         coefficients={"a": 12.345678, "d": 0.5},
         stderr={"a": 0.01234, "d": 0.5},
         front_end={"core_ms": 0.25, "mad_ms": 0.01},
+        arrival={"cost_ms": 0.5, "mad_ms": 0.2},
         idle=None,
     )
     assert coefficient_rows(fit) == [  # type: ignore[arg-type]
         ("a", "12.35", "0.012"),
         ("d", "0.5", "0.5"),
         ("front end (core)", "0.25", "MAD 0.01"),
+        ("arrival (direct)", "0.5", "MAD 0.2"),
     ]
     merged = {
         "a": 1.23456,

@@ -44,8 +44,14 @@ with the prompts spread over 300–800 tokens, as the fidelity test's flood send
 ms over each test's probes merged (seven tests): those bursts' short prompts cost the fitted
 mixed steps more than the fit says, and the charge carries that too. The phase's first form,
 small one-token requests beside a decoding batch, measured 0.0–0.9 ms.
-Part of a new request's front end lands in the CPU engine's sum-form chunk constant `a`
-instead (1.7 ms there), since the probe's mixed steps pay it too.
+The probe's mixed steps pay a new request's front end too (their long prompt arrives at a busy
+engine), and it once landed in the prefill constant `a` (1.7 ms of the CPU engine's sum-form
+`a`; against the reference server charging 6 ms per arrival, `a` read 8.9 for 8), which every
+prefill pays, busy engine or not. The probe's arrival phase now measures it apart (requests
+that arrive at a full batch and wait: their steps hold no prefill) and takes it out of the
+mixed steps, read from the gap their prompt was sent in (the CPU vLLM's API server tokenises a
+prompt on the engine's core over the steps before its engine takes it in: 3.4-12 ms a probe),
+so it is charged here and `a` is the step's own.
 
 `idle_wake_ms` is what an engine that has been idle pays to start again: the first step after
 `idle_after_ms` or more with nothing to run is that much longer. A CPU vLLM on one core takes

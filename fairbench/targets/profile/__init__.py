@@ -30,9 +30,23 @@ The experiment, one phase at a time (nothing else should load the engine meanwhi
    measured between tokens on the client, so no request overhead is in them.
 3. **Mixed steps.** While B streams decode, one long prompt arrives (`max_tokens=1`). The
    decode streams' gap that ends with its first token is the mixed step: its prefill chunk and
-   the B decode tokens in one pass. This is what separates `a` from the request overhead.
-
-4. **Load.** A burst of `load_requests` streamed requests shaped like a workload's
+   the B decode tokens in one pass, read up to the first output of the step (the long
+   prompt's token or the decodes', whichever the client saw first: a server that finishes the
+   long request before it writes the decodes' tokens stamps them late; vLLM writes the decodes'
+   first, and this changes nothing there). Where the arrival phase runs, the window starts at
+   the gap the long prompt was sent in, so it holds what its arrival cost the steps before the
+   engine took it in, as the arrival phase's window does. This is what separates `a` from the
+   request overhead.
+4. **Arrivals.** `max_num_seqs` streams decode (no slot free), and each mixed step's prompt
+   is sent among them, ARRIVAL_SPACING steps apart (`max_tokens=1`: each waits for a slot).
+   Observed: what the ARRIVAL_WINDOW decode gaps from the one it was sent in took beyond as
+   many of the batch's median gap. That is the arrival's front end alone (the server parsing
+   and tokenising it, whatever the engine charges an arrival), with no prefill in the step;
+   the mixed steps carry it too, since their long prompt arrives at a busy engine, so the fit
+   takes it out of them (`fit.arrival` in the profile: a line in the prompt's length). Left in,
+   it went to `a`, which every prefill pays, busy engine or not. Skipped where the decode
+   batches probed stop short of `max_num_seqs` (the engine did not say it and was not told).
+5. **Load.** A burst of `load_requests` streamed requests shaped like a workload's
    (`load_prompt` prompt tokens, or spread evenly from `load_prompt` to `load_prompt_to` in a
    shuffled order, and `load_output` output tokens each: give your workload's typical request
    and the range of its prompts), sent one after another 0.6 of a request's cost apart
@@ -53,8 +67,10 @@ The experiment, one phase at a time (nothing else should load the engine meanwhi
    that makes the simulated makespan the measured one is one estimate; their median (at
    least 0) is the profile's `front_end_core_ms`, which the simulated engines charge to the
    steps of a busy engine per arriving request (costmodel says how). Where the API server has
-   cores of its own (a GPU engine's host) it comes out near 0.
-5. **Idle.** `idle_reps` times: quiet for `idle_gap_ms` (250 ms), a short prompt
+   cores of its own (a GPU engine's host) it comes out near 0. It measures on a burst what the
+   arrival phase measures on one request (and the streaming besides): the profile's
+   `fit.arrival.cost_ms` beside it.
+6. **Idle.** `idle_reps` times: quiet for `idle_gap_ms` (250 ms), a short prompt
    (`max_tokens=1`), then the same length again at once. Observed: the first one's time to
    its first token less the second's. Every other phase sends back to back, but a live run's
    lone request (a chat between two bursts) finds the engine idle, and an engine that idled
@@ -64,7 +80,7 @@ The experiment, one phase at a time (nothing else should load the engine meanwhi
    engines charge to the step that starts a request finding them idle for `idle_after_ms`
    (costmodel says how).
 
-The five phases are one round; rounds repeat while the budget lasts (a round starts only if
+The six phases are one round; rounds repeat while the budget lasts (a round starts only if
 one as long as the longest so far still fits; `max_rounds` at most), and the fit takes the
 median of each design point over the rounds, so one slow round (a neighbour's burst, a late
 wake) does not move it. Prompts are distinct random words (an engine's prefix cache must not
@@ -112,9 +128,10 @@ completion tokens from the generation's details) whatever `stream_options` says;
 counted per event, as its chunks say.
 
 The package, one job per module: model (the values), client (HTTP), detect (which engine,
-its limits), probe (the experiment), fit (the coefficients), load (idle wake, burst, front-end
-core), emit (the profile document, the whole run), merge (several probes into one fit), files
-(the YAML written and read), command (what `fairbench profile` checks and prints).
+its limits), probe (the experiment), fit (the coefficients), load (arrival cost, idle wake,
+burst, front-end core), emit (the profile document, the whole run), merge (several probes
+into one fit), files (the YAML written and read), command (what `fairbench profile` checks
+and prints).
 """
 
 from __future__ import annotations

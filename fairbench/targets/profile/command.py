@@ -107,12 +107,15 @@ def merged_rows(merged: dict[str, Any]) -> list[tuple[str, str, str, str]]:
 
 def coefficient_rows(fit: Fit) -> list[tuple[str, str, str]]:
     """(coefficient, value, spread): each fitted coefficient with its standard error, then the
-    front end's core time and the idle wake, each a median with its median absolute
-    deviation."""
+    front end's core time, the arrival phase's direct measure of the same thing, and the idle
+    wake, each a median with its median absolute deviation."""
     rows = [(k, f"{v:.4g}", f"{fit.stderr[k]:.2g}") for k, v in fit.coefficients.items()]
     if fit.front_end is not None:
         fe = fit.front_end
         rows.append(("front end (core)", f"{fe['core_ms']:.4g}", f"MAD {fe['mad_ms']:.2g}"))
+    if fit.arrival is not None:
+        arr = fit.arrival
+        rows.append(("arrival (direct)", f"{arr['cost_ms']:.4g}", f"MAD {arr['mad_ms']:.2g}"))
     if fit.idle is not None:
         idle = fit.idle
         rows.append(("idle wake", f"{idle['wake_ms']:.4g}", f"MAD {idle['mad_ms']:.2g}"))

@@ -148,6 +148,8 @@ class Fit:
     front_end: dict[str, Any] | None = None
     # what an idle engine takes to start, from the idle phase (None: not probed)
     idle: dict[str, Any] | None = None
+    # what an arrival adds to a full batch's steps, from the arrival phase (None: not probed)
+    arrival: dict[str, Any] | None = None
     floor_binds: int = 0  # prefill lengths the fitted floor binds (0: no floor fitted)
     floor_test: dict[str, Any] = field(default_factory=dict)  # `floor_test`'s answer
 
@@ -157,6 +159,7 @@ class Fit:
             "overhead_ms": self.coefficients["overhead"],
             **({"front_end": self.front_end} if self.front_end is not None else {}),
             **({"idle": self.idle} if self.idle is not None else {}),
+            **({"arrival": self.arrival} if self.arrival is not None else {}),
             "stderr": self.stderr,
             "rms_relative_residual": round(self.rms_relative, 4),
             "mixed_step": f"{self.form}: the smaller RMS relative residual of the two forms "

@@ -1,5 +1,6 @@
-"""What the load phase measures beyond the fit (idle wake, burst makespan, front-end core),
-and `fit`, which joins them to the coefficients' fit.
+"""What the probe measures beyond the step fit (the arrival cost, taken out of the mixed steps
+before it; idle wake, burst makespan, front-end core), and `fit`, which joins them to the
+coefficients' fit.
 
 Pure functions of observations and a fit; imports fit.py and the values.
 """
@@ -7,6 +8,7 @@ Pure functions of observations and a fit; imports fit.py and the values.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -19,6 +21,7 @@ from fairbench.targets.profile.fit import (
     row,
 )
 from fairbench.targets.profile.model import (
+    ARRIVAL_WINDOW,
     Observation,
 )
 
@@ -143,6 +146,59 @@ def front_end_core(load: Sequence[Observation], the_fit: Fit, limits: Limits) ->
     }
 
 
+def arrival_line(arrival: Sequence[Observation]) -> tuple[float, float]:
+    """(ms at 0 tokens, ms per prompt token) of the arrival cost: Theil-Sen over every
+    observation (the median of the slopes between observations of different lengths, then the
+    median intercept at that slope; no slope where one length was probed). Why a line over all
+    of them, not each length's median: on a loaded machine one arrival reads ±3 ms (its window
+    is three gaps of a noisy batch), and two rounds' median per length moved `a` by as much,
+    where a line takes every observation for each length; and a longer prompt costs more to
+    parse and tokenise (the reference server: 1-2 ms more at 1,024 tokens than at 256)."""
+    n = np.array([o.n for o in arrival], dtype=float)
+    ms = np.array([o.ms for o in arrival], dtype=float)
+    i, j = np.triu_indices(len(n), 1)
+    apart = n[i] != n[j]
+    slope = float(np.median((ms[j] - ms[i])[apart] / (n[j] - n[i])[apart])) if apart.any() else 0.0
+    return float(np.median(ms - slope * n)), slope
+
+
+def arrival_cost(arrival: Sequence[Observation]) -> dict[str, Any]:
+    """What a request's arrival adds to a busy engine's steps with no prefill in them (the
+    arrival phase): `by_prompt`, the cost at each probed length on `arrival_line`, at least 0
+    (what is taken out of the mixed steps of that length); over every observation, the median
+    with its median absolute deviation (`cost_ms`, what the report shows beside the load
+    phase's `front_end_core_ms`, which measures the same thing on a burst)."""
+    icpt, slope = arrival_line(arrival)
+    lengths = sorted({int(o.n) for o in arrival})
+    return {
+        **_median_of("cost_ms", [o.ms for o in arrival]),
+        "by_prompt": {n: round(max(0.0, icpt + slope * n), 4) for n in lengths},
+        "per_token_ms": float(f"{slope:.4g}"),
+        "method": "per request sent while a full batch decodes (it waits: no slot), the decode "
+        f"gaps of its window ({ARRIVAL_WINDOW} from the one it was sent in) less as many median "
+        "gaps, median over streams; a Theil-Sen line in the prompt's length over every "
+        "observation, at least 0 at each length, taken out of the mixed steps (fit.points' "
+        "mixed ms are net of it)",
+    }
+
+
+def net_of_arrival(steps: Sequence[Observation], by_prompt: dict[int, float]) -> list[Observation]:
+    """The step observations with each mixed step less what its prompt's arrival costs
+    (`by_prompt`, interpolated in the prompt's length). Why: the long prompt of a mixed step
+    arrives while the batch decodes, so the two gaps the mixed step is read from carry its
+    front end too (the server parsing it, an engine's charge per arrival); fitted as they were,
+    that cost landed in `a` (the reference server: 8.8-9.6 against 8 on a loaded machine, 8.9
+    with a 6 ms charge on a quiet one), where every prefill pays it, busy engine or not."""
+    lengths = sorted(by_prompt)
+    costs = [by_prompt[n] for n in lengths]
+    out = []
+    for o in steps:
+        if o.kind == "mixed":
+            o = replace(o, ms=max(1e-3, o.ms - float(np.interp(o.n, lengths, costs))))
+        out.append(o)
+    return out
+
+
 def fit(raw: Sequence[Observation], limits: Limits | None = None) -> Fit:
     """Both forms of the mixed step fitted (a GPU hides a prefill chunk in the decode step, a
     CPU adds it: the data say which), the form with the smaller residuals kept, each with a step
@@ -151,7 +207,12 @@ def fit(raw: Sequence[Observation], limits: Limits | None = None) -> Fit:
     are the engine's, for simulating its bursts), and what an idle engine takes to start, from
     the idle phase's (`idle_wake`). Observations of the front-end phase's first form (kind
     `frontend`, in profiles written before the load phase) are not used."""
-    steps = [o for o in raw if o.kind not in ("frontend", "load", "idle")]
+    steps = [o for o in raw if o.kind in ("prefill", "decode", "mixed")]
+    arrival = [o for o in raw if o.kind == "arrival"]
+    cost = arrival_cost(arrival) if arrival else None
+    measured = steps
+    if cost is not None:
+        steps = net_of_arrival(steps, cost["by_prompt"])
     # Whether there is a floor is asked of the prefills (`floor_test`), the same question for
     # both forms; then the form is the smaller residuals'. Chosen on fits without a floor, a
     # server with a 30 ms floor read sum (RMS 0.0608 against max's 0.0627, and a = 0); a floor
@@ -165,6 +226,9 @@ def fit(raw: Sequence[Observation], limits: Limits | None = None) -> Fit:
     best = min(fits.values(), key=lambda f: f.rms_relative)
     best.rms_by_form = {form: round(f.rms_relative, 4) for form, f in fits.items()}
     best.floor_test = test
+    if cost is not None:  # the data as measured (a merge takes the cost out again)
+        best.arrival = cost
+        best.raw = [row(o) for o in measured] + [row(o) for o in arrival]
     load = [o for o in raw if o.kind == "load"]
     if load and limits is not None:
         best.front_end = front_end_core(load, best, limits)

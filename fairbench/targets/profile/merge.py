@@ -63,8 +63,8 @@ def probe_data(doc: dict[str, Any], where: str) -> list[Observation]:
         obs = [_observation(row) for row in rows]
     except TypeError:
         raise MergeError(f"{where}: fit.data is not `fairbench profile`'s probe data") from None
-    for o in obs:  # a first-form front-end or an idle observation is a difference: any sign
-        low = -math.inf if o.kind in ("frontend", "idle") else 0.0
+    for o in obs:  # a first-form front-end, an idle or an arrival observation is a difference
+        low = -math.inf if o.kind in ("frontend", "idle", "arrival") else 0.0
         if not isinstance(o.ms, int | float) or not math.isfinite(o.ms) or o.ms <= low:
             raise MergeError(f"{where}: fit.data has a step of {o.ms!r} ms ({o.key})")
         if o.kind == "load" and not (
@@ -160,4 +160,6 @@ def merge_profiles(
         out["fit"].pop("front_end", None)
     if the_fit.idle is None:
         out["fit"].pop("idle", None)
+    if the_fit.arrival is None:
+        out["fit"].pop("arrival", None)
     return out, the_fit

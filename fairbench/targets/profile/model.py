@@ -14,6 +14,12 @@ import numpy as np
 
 COEFFICIENTS = ("a", "b", "c", "floor", "d", "e", "f", "overhead")
 REQUEST_TIMEOUT_S = 120.0
+# The arrival phase: a request sent every ARRIVAL_SPACING decode steps of a full batch, and the
+# ARRIVAL_WINDOW gaps from the one it was sent in are where its front end lands (the gap it
+# arrived in, where the server parses it beside the step; the next, which an engine that charges
+# an arrival to its next step lengthens; and one more, as the server may read it a step late).
+ARRIVAL_SPACING = 6
+ARRIVAL_WINDOW = 3
 
 
 class ProbeError(Exception):
@@ -24,10 +30,11 @@ class ProbeError(Exception):
 class Observation:
     """One measured step (or TTFT): its kind, the step's terms, and the milliseconds."""
 
-    # prefill | decode | mixed | load (n prompt tokens, `batch` requests of `context` output
-    # tokens each, sent `gap_ms` apart; ms: their makespan) | idle (n prompt tokens after
-    # `gap_ms` of quiet; ms: its time to first token less that of the same length at once,
-    # which may be below 0)
+    # prefill | decode | mixed | arrival (n prompt tokens arriving while `batch` decode with
+    # no slot free; ms: what it added to their steps, which may be below 0) | load (n prompt
+    # tokens, `batch` requests of `context` output tokens each, sent `gap_ms` apart; ms: their
+    # makespan) | idle (n prompt tokens after `gap_ms` of quiet; ms: its time to first token
+    # less that of the same length at once, which may be below 0)
     kind: str
     n: int  # prefill tokens in the step
     batch: int  # decode sequences in the step
@@ -148,6 +155,12 @@ class ProbeDesign:
         low, high, _ = self.load_shape()
         lengths = np.linspace(low, high, max(1, self.burst())).round().astype(int)
         return [int(n) for n in rng.permutation(lengths)]
+
+    def arrival_tokens(self, arrivals: int) -> int:
+        """The arrival phase's decode length: `decode_tokens`, or enough for `arrivals`
+        requests ARRIVAL_SPACING steps apart after the first 3 tokens, and the last one's
+        window of ARRIVAL_WINDOW gaps with as many after it."""
+        return max(self.decode_tokens, 3 + ARRIVAL_SPACING * arrivals + 2 * ARRIVAL_WINDOW)
 
     def fits_kv(self, batch: int, prompt: int, output: int) -> bool:
         kv = self.kv_cache_tokens

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -15,6 +16,8 @@ from fairbench.targets.profile.client import (
     Client,
 )
 from fairbench.targets.profile.model import (
+    ARRIVAL_SPACING,
+    ARRIVAL_WINDOW,
     Observation,
     ProbeDesign,
     Progress,
@@ -44,12 +47,22 @@ def steady_gap(streams: Sequence[Stream]) -> tuple[float, float] | None:
     return float(np.median(gaps)) / 1e6, float(np.mean(made))
 
 
-def gap_at(streams: Sequence[Stream], at_ns: int) -> float | None:
+def gap_at(streams: Sequence[Stream], at_ns: int, sent_ns: int | None = None) -> float | None:
     """The step that delivered the event at `at_ns`, in ms: per decode stream, the token
-    delivered with it (the nearest arrival) is token k, and the step is t_k − t_(k−2) less the
-    stream's median decode gap before it; the median over streams. Two gaps, not one: a token
-    stamped late (the client or server busy with the arriving request) would shorten one gap
-    and lengthen the next, and over the two the lateness cancels."""
+    delivered with it (the nearest arrival) is token k, the step ends at the first of the two
+    (t_k or `at_ns`), and it is read from t_(k−2), less the stream's median decode gap before
+    the window; the median over streams. Two gaps, not one: a token stamped late (the client or
+    server busy with the arriving request) would shorten one gap and lengthen the next, and
+    over the two the lateness cancels. With `sent_ns` (when the request was sent), the window
+    starts at the gap it was sent in if that is earlier, less one median gap for each gap
+    before the step: then it holds whatever the arrival cost the steps before the engine took
+    it in, as the arrival phase's window does (`arrival_costs`), and taking the one out of the
+    other leaves the step. Why: the CPU vLLM's API server tokenises a prompt on the engine's
+    core before its engine sees it, over the steps before the mixed one (the arrival phase read
+    3.4-12 ms; the mixed step's two gaps held about 0-2 ms of it), so the arrival phase's whole
+    cost taken out of two gaps went below the step (`a` 1.37 ms a probe against 2.75, medians;
+    `b` halved in one merge), and the fidelity test's twins ran fast; the reference server
+    charges the step after the arrival, inside the two gaps either way."""
     steps = []
     for s in streams:
         t = np.array(s.token_ns, dtype=np.int64)
@@ -58,9 +71,63 @@ def gap_at(streams: Sequence[Stream], at_ns: int) -> float | None:
         k = int(np.argmin(np.abs(t - at_ns)))
         if k < 4:
             continue
-        before = float(np.median(np.diff(t[: k - 1])))
-        steps.append(float(t[k] - t[k - 2]) - before)
+        start = k - 2
+        if sent_ns is not None:  # the token before it was sent: the gap it was sent in
+            start = min(start, int(np.searchsorted(t, sent_ns, side="right")) - 1)
+        if start < 2:
+            continue
+        before = float(np.median(np.diff(t[: start + 1])))
+        window = float(min(t[k], at_ns) - t[start])
+        steps.append(window - (k - start - 1) * before)
     return float(np.median(steps)) / 1e6 if steps else None
+
+
+def mixed_points(
+    read: Sequence[tuple[Observation, Observation | None]], arrivals_measured: bool
+) -> list[Observation]:
+    """The mixed steps of a round, each read over its two gaps and (None where not read so)
+    from the gap its prompt was sent in (`gap_at`): the latter where the round's arrival phase
+    measured what an arrival costs, since the fit takes that out of the mixed steps and only
+    the wider window holds all of it; else the two gaps, which the fit uses as they are (as
+    for a profile without the phase: an engine that admitted the arrivals, or no window)."""
+    return [wide if arrivals_measured and wide is not None else two for two, wide in read]
+
+
+def arrival_costs(streams: Sequence[Stream], sent_ns: Sequence[int]) -> list[float | None]:
+    """What each request sent at `sent_ns` (ms) added to the full batch's decode steps while it
+    waited: per decode stream, the ARRIVAL_WINDOW gaps from the one it was sent in, less as
+    many of the median of the gaps either side of them (ARRIVAL_WINDOW before and after, in
+    no window, where every stream decodes); the median over streams (None where no stream
+    holds its whole window and a gap either side). Why a window of gaps and not one: a token
+    stamped late by the client shortens the next gap as it lengthens its own, and a sum over
+    the window cancels it. Why the gaps either side, not the batch's median gap: each step adds
+    the batch's tokens to the context, so the gaps grow (the reference server: 0.03 ms a step),
+    and the first arrival, read against the middle's gap, came out 0.5-0.75 ms low; the gaps
+    either side of it lie as far above the line as below."""
+    start = max(s.token_ns[0] for s in streams)
+    end = min(s.token_ns[-1] for s in streams)
+    per: list[list[float]] = [[] for _ in sent_ns]
+    for s in streams:
+        t = np.array(s.token_ns, dtype=np.int64)
+        gaps = np.diff(t)  # gaps[i]: the step that ended with token i + 1
+        steady = (t[:-1] >= start) & (t[1:] <= end)
+        windows = []
+        for at in sent_ns:
+            first = int(np.searchsorted(t, at, side="right")) - 1  # the gap it was sent in
+            windows.append(range(first, first + ARRIVAL_WINDOW))
+        outside = steady.copy()
+        for w in windows:
+            outside[[i for i in w if 0 <= i < len(gaps)]] = False
+        for k, w in enumerate(windows):
+            if not (w.start >= 0 and w.stop <= len(gaps) and steady[w.start : w.stop].all()):
+                continue
+            near = range(w.start - ARRIVAL_WINDOW, w.stop + ARRIVAL_WINDOW)
+            before = [i for i in near if 0 <= i < w.start and outside[i]]
+            after = [i for i in near if w.stop <= i < len(gaps) and outside[i]]
+            if before and after:
+                base = float(np.median(gaps[before + after]))
+                per[k].append(float(gaps[w.start : w.stop].sum()) - ARRIVAL_WINDOW * base)
+    return [float(np.median(v)) / 1e6 if v else None for v in per]
 
 
 def load_gap_ms(obs: Sequence[Observation], prompt: int, output: int, batch: int) -> float:
@@ -89,8 +156,8 @@ def context_at(streams: Sequence[Stream], at_ns: int) -> int:
 async def one_round(
     client: Client, design: ProbeDesign, key: int, say: Progress
 ) -> list[Observation]:
-    """The four phases once: every prefill length (`prefill_reps` times), every decode
-    configuration, every mixed step, the load."""
+    """The phases once: every prefill length (`prefill_reps` times), every decode
+    configuration, every mixed step, the arrivals, the load, the idle pairs."""
     obs: list[Observation] = []
     lengths = design.prefill_lengths()
     configs = [
@@ -107,13 +174,19 @@ async def one_round(
         if n + batch <= design.max_num_batched_tokens
         and design.fits_kv(batch + 1, max(n, 32), tokens)
     ]
+    # the arrival phase: a full batch of decodes, and the mixed points' prompts arriving while
+    # no slot is free (an engine that does not say its max_num_seqs and was not told: none)
+    full = design.max_num_seqs
+    arrive = design.arrival_tokens(len(mixed))
+    queued = mixed if max(design.batches()) == full and design.fits_kv(full, 32, arrive) else []
     _, load_prompt, load_output = design.load_shape()  # the longest prompt, for the checks
     burst = design.burst()
     running = min(burst, design.max_num_seqs)  # at most this many hold KV at once
     load = burst > 0 and design.fits_kv(running, load_prompt, load_output)
     idle_prompt = min(design.idle_prompt, design.longest_prompt())
     total = (
-        len(lengths) * design.prefill_reps + len(configs) + len(mixed) + int(load)
+        len(lengths) * design.prefill_reps + len(configs) + len(mixed) + int(bool(queued))
+        + int(load)
         + design.idle_reps
     )  # fmt: skip
     done = 0
@@ -141,6 +214,10 @@ async def one_round(
             context = round(batch_ * (real_prompt + made))
             obs.append(Observation("decode", 0, batch_, context, gap, f"decode {batch_}x{prompt}"))
         step("decode")
+    # each mixed step read both ways (`gap_at`): from the gap its prompt was sent in, which
+    # holds what the arrival cost the steps before the engine took it in, kept where this
+    # round's arrival phase measured that cost (the fit takes it out); else the two gaps alone
+    read: list[tuple[Observation, Observation | None]] = []
     for n in mixed:
         live = [Stream(0) for _ in range(batch)]
         decoders = [asyncio.create_task(client.stream(32, tokens, s)) for s in live]
@@ -148,13 +225,21 @@ async def one_round(
         await _until(live, tokens // 3, decoders)
         long = await client.stream(n, 1)
         streams = await asyncio.gather(*decoders)
-        gap = gap_at(streams, long.token_ns[0])
+        at = long.token_ns[0]
+        gap = gap_at(streams, at)
         if gap is not None:
-            at = long.token_ns[0]
-            context = context_at(streams, at)
-            n_real = int(long.prompt_tokens or n)
-            obs.append(Observation("mixed", n_real, batch, context, gap, f"mixed {n}+{batch}"))
+            point = Observation(
+                "mixed", int(long.prompt_tokens or n), batch, context_at(streams, at), gap,
+                f"mixed {n}+{batch}",
+            )  # fmt: skip
+            sent = gap_at(streams, at, long.sent_ns) if queued else None
+            read.append((point, None if sent is None else replace(point, ms=sent)))
         step("mixed")
+    came = await arrivals(client, full, arrive, queued) if queued else []
+    if queued:
+        step("arrival")
+    obs += mixed_points(read, bool(came))
+    obs += came
     # the load's requests are sent one after another, a little faster than this round's steps
     # say the engine serves them: a queue builds, so every request after the first arrives at
     # a busy engine, spread over its steps as a live run's arrivals are
@@ -195,6 +280,38 @@ async def one_round(
             Observation("idle", n_real, 0, 0, extra, f"idle {idle_prompt}", design.idle_gap_ms)
         )
         step("idle")
+    return obs
+
+
+async def arrivals(
+    client: Client, full: int, tokens: int, prompts: Sequence[int]
+) -> list[Observation]:
+    """The arrival phase: `full` (the engine's max_num_seqs) streams of 32-token prompts and
+    `tokens` output tokens, and once they all decode, each of `prompts` sent (`max_tokens=1`)
+    ARRIVAL_SPACING steps after the one before. No slot is free, so each waits, and what it
+    adds to the decode steps it arrives among is its front end alone (`arrival_costs`): the
+    server parsing and tokenising it, and whatever an engine charges an arrival, with no
+    prefill in the step. An arrival whose first token came before the decodes ended was
+    admitted (the engine takes more than it said), and is left out."""
+    live = [Stream(0) for _ in range(full)]
+    decoders = [asyncio.create_task(client.stream(32, tokens, s)) for s in live]
+    waiting: list[tuple[Stream, asyncio.Task[Stream]]] = []
+    for i, n in enumerate(prompts):
+        await _until(live, 3 + i * ARRIVAL_SPACING, decoders)
+        out = Stream(0)
+        waiting.append((out, asyncio.create_task(client.stream(n, 1, out))))
+    # one gather for both, so a request that fails leaves none of the others running
+    done = await asyncio.gather(*decoders, *(task for _, task in waiting))
+    streams = done[:full]
+    ended = min(s.token_ns[-1] for s in streams)
+    costs = arrival_costs(streams, [out.sent_ns for out, _ in waiting])
+    obs = []
+    for n, (out, _), ms in zip(prompts, waiting, costs, strict=True):
+        if ms is None or out.token_ns[0] < ended:
+            continue
+        n_real = int(out.prompt_tokens or n)
+        context = context_at(streams, out.sent_ns)
+        obs.append(Observation("arrival", n_real, full, context, ms, f"arrival {n}"))
     return obs
 
 
