@@ -411,9 +411,18 @@ def columns_of(fields: dict[str, Any], plan: Plan) -> dict[str, tuple[Any, np.nd
     ints: dict[str, np.ndarray] = {}
     nulls: dict[str, np.ndarray] = {}
 
-    def put(name: str, values: np.ndarray, valid: np.ndarray) -> None:
-        ints[name] = np.where(valid, values, 0)
-        nulls[name] = ~valid
+    def put(name: str, values: np.ndarray, valid: np.ndarray, owned: bool = True) -> None:
+        """The column `values` where valid, 0 (and null) elsewhere. `owned`: nothing reads
+        `values` after (a temporary, or a field consumed here), so it is zeroed in place;
+        a new 1.9M-row array per column had its pages faulted in, most of this stage's CPU
+        at fleet size (0.9 of 1.0 s, issue 35)."""
+        invalid = ~valid
+        if owned:
+            np.copyto(values, 0, where=invalid)
+            ints[name] = values
+        else:
+            ints[name] = np.where(valid, values, 0)
+        nulls[name] = invalid
 
     ints["request_id"] = raw.pop("id")
     ints["t_intended_ns"] = ints["t_sent_ns"] = sent
@@ -427,9 +436,9 @@ def columns_of(fields: dict[str, Any], plan: Plan) -> dict[str, tuple[Any, np.nd
     put("passed_over_ns", passed - sent, ~rejected & (passed >= 0))
     code = raw.pop("reject_code")
     put("http_status", np.where(rejected, code, 200), rejected | ok)
-    put("t_first_byte_ns", first, ok)
-    put("t_first_token_ns", first, ok & (served != 0))
-    put("t_done_ns", done, ok)
+    put("t_first_byte_ns", first, ok, owned=False)
+    put("t_first_token_ns", first, ok & (served != 0), owned=False)
+    put("t_done_ns", done, ok, owned=False)
     put("t_end_ns", np.where(ok, done, cut), ok | cut_short)
     ints["output_tokens"] = ints["n_chunks"] = np.where(ok, served, 0)  # one array: equal
     put("itl_max_ns", itl, ok & (itl >= 0))
