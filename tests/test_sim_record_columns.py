@@ -32,20 +32,33 @@ from reference_scheduler.scheduler.config import parse_scheduler_config
 
 
 class _Plan:
-    """The plan as records_from reads it: send offsets, planned max_tokens, names."""
+    """The plan as records_from and record_columns read it: send offsets, planned max_tokens,
+    and the names as codes into their tables (record_columns takes tenant and class from the
+    plan, records_from from the jobs: equal columns hold the two the same)."""
 
     def __init__(self, jobs: list[Job]) -> None:
+        self.tenants = sorted({j.tenant for j in jobs})
+        self.slo_classes = sorted({j.slo_class for j in jobs})
+        self.workloads = ["w0", "w1", "w2"]
+        self._tables = {
+            "tenant": self.tenants,
+            "slo_class": self.slo_classes,
+            "workload": self.workloads,
+            "endpoint": ["chat", "completions", "embeddings"],
+        }
         self.columns = {
             "offset_ns": np.array([j.arrival_ns for j in jobs], dtype=np.int64),
             "max_tokens": np.array([j.max_tokens for j in jobs], dtype=np.int64),
-        }
-        self._names = {
-            "workload": np.array([f"w{j.id % 3}" for j in jobs], dtype=object),
-            "endpoint": np.array(["chat"] * len(jobs), dtype=object),
+            "tenant": np.array([self.tenants.index(j.tenant) for j in jobs], dtype=np.int16),
+            "slo_class": np.array(
+                [self.slo_classes.index(j.slo_class) for j in jobs], dtype=np.int16
+            ),
+            "workload": np.array([j.id % 3 for j in jobs], dtype=np.int16),
+            "endpoint": np.zeros(len(jobs), dtype=np.int16),
         }
 
     def names(self, column: str) -> np.ndarray:
-        return self._names[column]
+        return np.asarray(self._tables[column], dtype=object)[self.columns[column]]
 
 
 def _jobs(n: int, seed: int) -> list[Job]:

@@ -244,7 +244,7 @@ def last_seen_ns(df: pd.DataFrame, timeout_s: float | None = None) -> np.ndarray
 
 
 def _last_seen(df: pd.DataFrame, timeout_s: float | None) -> np.ndarray:
-    seen = _col(df, "t_end_ns")
+    seen = _col(df, "t_end_ns").copy()  # filled in place: no new array per stage (issue 35)
     for name in (
         "t_done_ns",
         "t_last_token_ns",
@@ -252,7 +252,7 @@ def _last_seen(df: pd.DataFrame, timeout_s: float | None) -> np.ndarray:
         "t_first_byte_ns",
         "t_sent_ns",
     ):
-        seen = np.where(np.isnan(seen), _col(df, name), seen)
+        np.copyto(seen, _col(df, name), where=np.isnan(seen))
     if timeout_s is not None:
         deadline = _col(df, "t_intended_ns") + timeout_s * 1e9
         timed_out = frame_memo.equals(df, "status", "timeout")

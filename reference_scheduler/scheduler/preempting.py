@@ -75,7 +75,7 @@ class Preempting:
         rep.batch -= 1
         rep.context -= job.prompt_tokens + job.generated + done
         self._untrack(rep, job)
-        job.segments.append((rep.index, job.lead_ns, job.first_step, done))
+        job.add_segment((rep.index, job.lead_ns, job.first_step, done))
         job.lead_ns = -1
         job.generated += done
 

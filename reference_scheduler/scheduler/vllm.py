@@ -237,7 +237,7 @@ class VllmEngine:
         if job.first_step >= 0 and (
             not job.segments or job.segments[-1][2] + job.segments[-1][3] <= job.first_step
         ):
-            job.segments.append((r, -1, job.first_step, job.last_step - job.first_step + 1))
+            job.add_segment((r, -1, job.first_step, job.last_step - job.first_step + 1))
         if job.segments:
             job.first_step = job.segments[0][2]
 
@@ -461,7 +461,7 @@ class VllmEngine:
                 job.last_step = k
             else:
                 if job.first_step >= 0:
-                    job.segments.append((r, -1, job.first_step, job.last_step - job.first_step + 1))
+                    job.add_segment((r, -1, job.first_step, job.last_step - job.first_step + 1))
                 job.first_step = job.last_step = k
             job.generated = generated + 1
             if generated + 1 >= job.max_tokens:

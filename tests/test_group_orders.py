@@ -1,0 +1,44 @@
+"""A group's latencies are ordered from the whole run's order (Cols._sub_order), not sorted
+again (issue 35): every figure must be the one its own sort gives, ties included."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fairbench.analysis import censored
+from fairbench.analysis.columns import Cols, _sub_order
+
+
+def _cols(n: int, seed: int) -> Cols:
+    rng = np.random.default_rng(seed)
+    time = np.round(rng.lognormal(3.0, 1.0, n), 1)  # rounded: many ties
+    seen = rng.random(n) > 0.02  # a few unfinished: Kaplan–Meier and bounds too
+    eligible = rng.random(n) > 0.05
+    t = np.cumsum(rng.exponential(1e6, n))
+    return Cols(ttft_t=time, ttft_o=seen, ttft_x=eligible, t=t)
+
+
+def test_sub_order_sorts_the_group() -> None:
+    rng = np.random.default_rng(1)
+    values = rng.integers(0, 50, 5_000).astype(float)
+    member = rng.random(5_000) < 0.3
+    order = _sub_order(np.argsort(values), member)
+    assert np.array_equal(np.sort(order), np.arange(member.sum()))  # a permutation
+    assert np.array_equal(values[member][order], np.sort(values[member]))
+
+
+def test_group_figures_are_those_of_its_own_sort() -> None:
+    cols = _cols(20_000, 7)
+    whole = cols.obs("ttft", None)
+    assert len(whole.sorted_time)  # the run's order, computed as every summary does
+    cols.forget()  # the summary's order: the whole run's curves go, its order stays
+    code = np.random.default_rng(3).integers(0, 4, 20_000)
+    for k in range(4):
+        mask = code == k
+        got = cols.obs("ttft", mask)
+        assert "_by_value" in got.__dict__  # read off the run's order, not sorted again
+        own = censored.Observations(got.time, got.observed, got.t, ranked=True)
+        assert np.array_equal(got.sorted_time, own.sorted_time)
+        assert np.array_equal(got.score_acf, own.score_acf)
+        for q in (0.5, 0.9, 0.99, 0.999):
+            assert censored.quantile_estimate(got, q) == censored.quantile_estimate(own, q)
