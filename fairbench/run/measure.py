@@ -26,7 +26,6 @@ from fairbench.plan.materialize import materialize
 from fairbench.plan.model import Plan
 from fairbench.run.executor import ExecOptions, LiveCounters
 from fairbench.run.live import Progress, live, uvloop_run
-from fairbench.run.memory import keep_freed_heap
 from fairbench.run.pacer import resolve as resolve_pacing
 from fairbench.run.records import Records, records_table, release_arrow_memory
 from fairbench.run.rundir import (
@@ -126,8 +125,6 @@ def measure(
         from fairbench.targets.precheck import precheck
 
         uvloop_run(precheck(scn, options.base_url))
-    if scn.target.kind == "sim":  # its stages' large arrays reuse freed heap (issue 35)
-        keep_freed_heap()
     plan = materialize(scn, options.seed)
     run_dir = new_run_dir(scn, options)
     (run_dir / "scenario.yaml").write_text(
