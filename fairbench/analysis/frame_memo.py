@@ -41,15 +41,6 @@ def converted_once(df: pd.DataFrame) -> Iterator[None]:
         _state.current = outer
 
 
-def release(df: pd.DataFrame) -> None:
-    """Drop what is kept for `df` (it is made again when asked for): for a caller that must
-    bound its memory before a large transient. The summary no longer needs it: its largest
-    transient, the timeline, now comes before most conversions are made."""
-    current = getattr(_state, "current", None)
-    if current is not None and current[0] is df:
-        current[1].clear()
-
-
 def memo(df: pd.DataFrame, key: Any, make: Callable[[], T]) -> T:
     """`make()`, kept under `key` while `converted_once(df)` runs (arrays made read-only)."""
     current = getattr(_state, "current", None)
