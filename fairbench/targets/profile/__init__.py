@@ -40,8 +40,9 @@ The experiment, one phase at a time (nothing else should load the engine meanwhi
 4. **Arrivals.** `max_num_seqs` streams decode (no slot free), and each mixed step's prompt
    is sent among them, ARRIVAL_SPACING steps apart (`max_tokens=1`: each waits for a slot).
    Observed: what the ARRIVAL_WINDOW decode gaps from the one it was sent in took beyond as
-   many of the batch's median gap. That is the arrival's front end alone (the server parsing
-   and tokenising it, whatever the engine charges an arrival), with no prefill in the step;
+   many of the median of the gaps either side of them (`probe.arrival_costs`). That is the
+   arrival's front end alone (the server parsing and tokenising it, whatever the engine
+   charges an arrival), with no prefill in the step;
    the mixed steps carry it too, since their long prompt arrives at a busy engine, so the fit
    takes it out of them (`fit.arrival` in the profile: a line in the prompt's length). Left in,
    it went to `a`, which every prefill pays, busy engine or not. Skipped where the decode
