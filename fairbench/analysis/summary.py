@@ -27,6 +27,7 @@ Throughput divides by the window's length. A run marked INVALID stays INVALID in
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -189,6 +190,31 @@ def group_block(
     block["slo_attainment"] = float(good / n) if n else None
     block["rejected_share"] = counts["rejected"] / n if n else None
     return block
+
+
+def _group_once(
+    blocks: dict[bytes, dict[str, Any]],
+    rows: np.ndarray,
+    arrays: _BlockColumns,
+    met: np.ndarray,
+    window_s: float,
+    latencies: Mapping[str, censored.RowObservations | _FromCols],
+    cols: Cols,
+) -> dict[str, Any]:
+    """The group's block with its `latency_ci_ms`, made once per set of rows (`blocks`, keyed
+    by the packed mask: exact, not a hash). Why: both are functions of the rows alone, and on
+    a fleet run the classes and workloads repeat the tenants (interactive = chat, batch =
+    reports = summary, best-effort = search = embed): their percentiles, curves and
+    dependence were computed again per group, about a third of the groups' rows (issue 35).
+    The caller copies it, so no two places of summary.json share one dict."""
+    packed = np.packbits(rows).tobytes()
+    found = blocks.get(packed)
+    if found is None:
+        found = group_block(arrays, met, window_s, latencies, rows)
+        found["latency_ci_ms"] = latency_cis(latencies, rows)
+        cols.forget()
+        blocks[packed] = found
+    return found
 
 
 def fairness_block(df: pd.DataFrame, weights: Mapping[str, float]) -> dict[str, Any]:
@@ -420,6 +446,9 @@ def _build_summary(
     # estimates stay in `cols` for the metrics block (Cols.estimate)
     summary["overall"]["latency_ci_ms"] = latency_cis(latencies, None) if len(df) else {}
     cols.forget()
+    # a group with the same requests as one already made (a class that is one tenant, a
+    # workload that is one class: 5 of a fleet run's 10 groups) gets a copy of its block
+    blocks: dict[bytes, dict[str, Any]] = {}
     for key, column in (
         ("tenants", "tenant"),
         ("slo_classes", "slo_class"),
@@ -430,9 +459,9 @@ def _build_summary(
         index = {name: k for k, name in enumerate(uniques.tolist())}
         for name in sorted(index):
             rows = codes == index[name]
-            summary[key][name] = group_block(arrays, met, window, latencies, rows)
-            summary[key][name]["latency_ci_ms"] = latency_cis(latencies, rows)
-            cols.forget()
+            summary[key][name] = copy.deepcopy(
+                _group_once(blocks, rows, arrays, met, window, latencies, cols)
+            )
     summary["fairness"] = fairness_block(df, {t.id: t.weight for t in scn.tenants})
     timeline: dict[str, float | None] = {}
     if len(df):
