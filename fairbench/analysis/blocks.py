@@ -126,7 +126,7 @@ def drift_block(df: pd.DataFrame, window_s: float, step_s: float) -> dict[str, A
     series = []
     windows = []
     for lo, a, b in zip(starts, lo_idx, hi_idx, strict=True):
-        w = censored.Observations(times[a:b], seen[a:b], t_ns[a:b])
+        w = censored.Observations(times[a:b], seen[a:b], t_ns[a:b], ranked=True)
         windows.append(w)
         est = censored.quantile_estimate(w, 0.99)
         series.append(
