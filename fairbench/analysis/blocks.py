@@ -67,15 +67,15 @@ def slowdown_block(df: pd.DataFrame, scn: Scenario) -> dict[str, Any]:
     sel = obs.eligible
     per = {
         tenant_names[t]: float(slow[sel & (tenants == t)].mean())
-        for t in np.unique(tenants[sel]).tolist()
+        for t in m.distinct(tenants[sel]).tolist()
         if (sel & (tenants == t)).any()
     }
     within_class: dict[str, float | None] = {}
-    for c in np.unique(classes[sel]).tolist():
+    for c in m.distinct(classes[sel]).tolist():
         cls = class_names[c]
         rows = sel & (classes == c)
         # a set's order before: any order gives the same max and min
-        means = [obs.time[rows & (tenants == t)].mean() for t in np.unique(tenants[rows])]
+        means = [obs.time[rows & (tenants == t)].mean() for t in m.distinct(tenants[rows])]
         means = [x for x in means if math.isfinite(x) and x > 0]
         within_class[cls] = float(max(means) / min(means)) if len(means) > 1 else None
     return {

@@ -55,7 +55,7 @@ class Cols:
     )
 
     def __init__(self, **arrays: Any) -> None:
-        self._memo: dict[tuple[str, int], Any] = {}  # observations, and figures built on them
+        self._memo: dict[tuple[str, Any], Any] = {}  # observations, and figures built on them
         # percentile estimates, kept past `forget` (a few floats each): the summary's intervals
         # and its `metrics` block ask for the same group's same percentile (issue 35)
         self._estimates: dict[tuple[str, int, float], censored.QuantileEstimate] = {}

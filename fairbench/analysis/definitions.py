@@ -19,7 +19,7 @@ from fairbench.analysis.drift import Drift, drift
 from fairbench.analysis.fairness_ci import isolation_interval, slowdown_intervals
 from fairbench.analysis.intervals import Interval
 from fairbench.analysis.metric import GROUPS, Compute, Metric, Value
-from fairbench.analysis.metrics import jain
+from fairbench.analysis.metrics import distinct, jain
 
 
 def _mask(c: Cols, mask: np.ndarray | None, base: np.ndarray) -> np.ndarray:
@@ -101,7 +101,7 @@ def _tenant_isolation(c: Cols, k: int) -> Value:
 def _isolation(c: Cols, mask: np.ndarray | None) -> Value:
     """Per tenant: its TTFT p99 in the mix ÷ alone; overall (and for other groups): the worst
     tenant's."""
-    ks = sorted({int(k) for k in np.unique(c.tenant if mask is None else c.tenant[mask])})
+    ks = sorted({int(k) for k in distinct(c.tenant if mask is None else c.tenant[mask])})
     values = [_tenant_isolation(c, k) for k in ks if k >= 0]
     values = [v for v in values if math.isfinite(v[0])]
     if not values:
@@ -111,10 +111,19 @@ def _isolation(c: Cols, mask: np.ndarray | None) -> Value:
 
 
 def _slowdowns(c: Cols, mask: np.ndarray | None) -> list[float]:
+    """Each tenant's mean slowdown in the group, computed once for both figures that read it
+    (worst ratio, Jain's): kept in the columns' memo under the packed mask (exact)."""
+    key = ("slowdowns", b"" if mask is None else np.packbits(mask).tobytes())
+    if key not in c._memo:
+        c._memo[key] = _tenant_slowdowns(c, mask)
+    return list(c._memo[key])
+
+
+def _tenant_slowdowns(c: Cols, mask: np.ndarray | None) -> list[float]:
     sel = _mask(c, mask, c.e2e_x)
     slow = c.e2e_t / c.unloaded
     out = []
-    for k in np.unique(c.tenant[sel]):
+    for k in distinct(c.tenant[sel]):
         rows = sel & (c.tenant == k)
         if rows.any():
             out.append(float(slow[rows].mean()))

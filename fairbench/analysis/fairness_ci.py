@@ -55,7 +55,7 @@ from fairbench.analysis import censored
 from fairbench.analysis import intervals as iv
 from fairbench.analysis.columns import Cols
 from fairbench.analysis.drift import ONE_SE
-from fairbench.analysis.metrics import jain
+from fairbench.analysis.metrics import distinct, jain
 
 CONFIDENCE = 0.95
 METHOD_SLOWDOWN_PAIR = (
@@ -363,7 +363,7 @@ def isolation_interval(c: Cols, mask: np.ndarray | None = None) -> iv.Interval:
     worst is bounded only where every tenant's interval holds at once; at 95% each, two
     tenants' worst covered 89% at 9/s on the calibration queue); declined where any tenant
     with a value has none."""
-    ks = sorted({int(k) for k in np.unique(c.tenant if mask is None else c.tenant[mask])})
+    ks = sorted({int(k) for k in distinct(c.tenant if mask is None else c.tenant[mask])})
     ks = [k for k in ks if k >= 0 and 0 <= k < len(c.solo_ttft) and np.isfinite(c.solo_ttft[k])]
     if not ks:
         return iv.declined(CONFIDENCE, METHOD_ISOLATION, "no solo arm")

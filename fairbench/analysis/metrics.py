@@ -170,3 +170,19 @@ def jain(x: np.ndarray) -> float:
         return float("nan")
     x = x / top  # scale first: squares of tiny (or huge) values under/overflow
     return float(x.sum() ** 2 / (len(x) * float(np.square(x).sum())))
+
+
+def distinct(codes: np.ndarray) -> np.ndarray:
+    """`np.unique(codes)` of integer codes (tenant, class: a few distinct values over a
+    million rows), by counting instead of hashing or sorting: the same sorted values, same
+    dtype. Why: the summary asks for the tenants present in a group about 30 times, each
+    np.unique of 1.7M codes 23 ms on the 10-minute fleet, a bincount 3 (issue 35). Other
+    dtypes, or codes spread wider than the rows, go to np.unique."""
+    codes = np.asarray(codes)
+    if len(codes) == 0 or codes.dtype.kind not in "iu":
+        return np.unique(codes)
+    lo, hi = int(codes.min()), int(codes.max())
+    if hi - lo > len(codes) + 1024:
+        return np.unique(codes)
+    present = np.flatnonzero(np.bincount(codes - lo if lo else codes, minlength=hi - lo + 1))
+    return (present + lo).astype(codes.dtype, copy=False)

@@ -329,7 +329,7 @@ def _isolation_detail(summary: dict[str, Any], df: pd.DataFrame, scn: Scenario) 
     slo: dict[str, float | None] = {}
     for t in summary["tenants"]:
         code = tenant_names.index(t) if t in tenant_names else -2  # −2: no row
-        sent = {class_names[c] for c in np.unique(classes[tenants == code]) if c >= 0}
+        sent = {class_names[c] for c in m.distinct(classes[tenants == code]) if c >= 0}
         limits = [scn.slo_classes[c].ttft for c in sent if c in scn.slo_classes]
         limits = [x for x in limits if x is not None]
         slo[t] = min(limits) * 1e3 if limits else None
