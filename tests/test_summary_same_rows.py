@@ -34,10 +34,10 @@ def test_same_rows_made_once_and_copied(tmp_path: Path, monkeypatch: pytest.Monk
         blocks[b"all" if rows is None else np.packbits(rows).tobytes()] += 1
         return group_block(*args, **kwargs)
 
-    def counted_entry(metric: Any, c: Any, mask: Any) -> Any:
+    def counted_entry(metric: Any, c: Any, mask: Any, shares: Any = None) -> Any:
         if mask is not None:
             entries[(metric.name, np.packbits(mask).tobytes())] += 1
-        return entry(metric, c, mask)
+        return entry(metric, c, mask, shares)
 
     monkeypatch.setattr(summary, "group_block", counted_block)
     monkeypatch.setattr(metrics_block, "_entry", counted_entry)
@@ -69,8 +69,8 @@ def test_copies_equal_computing_again(tmp_path: Path, monkeypatch: pytest.Monkey
         cols.forget()
         return found
 
-    def every_entry(made: Any, metric: Any, c: Any, mask: Any, packed: Any) -> Any:
-        return metrics_block._entry(metric, c, mask)
+    def every_entry(made: Any, metric: Any, c: Any, mask: Any, packed: Any, shares: Any) -> Any:
+        return metrics_block._entry(metric, c, mask)  # shares made afresh too
 
     monkeypatch.setattr(summary, "_group_once", every_time)
     monkeypatch.setattr(metrics_block, "_entry_once", every_entry)

@@ -79,7 +79,14 @@ def _throughput_share(c: Cols, mask: np.ndarray | None) -> Value:
 
 
 def _late(c: Cols) -> np.ndarray:
-    """Per request: its first response took over 10 × its class's TTFT SLO, or never came."""
+    """Per request: its first response took over 10 × its class's TTFT SLO, or never came.
+    Kept in the columns' memo: every group's starved share reads it (issue 35)."""
+    if ("late", b"") not in c._memo:
+        c._memo[("late", b"")] = _late_rows(c)
+    return c._memo[("late", b"")]  # type: ignore[no-any-return]
+
+
+def _late_rows(c: Cols) -> np.ndarray:
     return ~c.ttft_o | (c.ttft_t > 10.0 * np.nan_to_num(c.slo_ttft, nan=np.inf))
 
 
