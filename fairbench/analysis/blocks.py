@@ -114,8 +114,9 @@ def drift_block(df: pd.DataFrame, window_s: float, step_s: float) -> dict[str, A
     time: O(n log n)."""
     obs = censored.ttft_rows(df, None)
     sel = obs.eligible
-    order = np.argsort(df["t_intended_ns"].to_numpy(dtype=float)[sel], kind="stable")
-    t_ns = df["t_intended_ns"].to_numpy(dtype=float)[sel][order]
+    intended = frame_memo.floats(df, "t_intended_ns")[sel]  # converted once (frame_memo)
+    order = np.argsort(intended, kind="stable")
+    t_ns = intended[order]
     t = t_ns / 1e9
     times, seen = obs.time[sel][order], obs.observed[sel][order]
     if not len(t):
@@ -168,14 +169,15 @@ def queue_depth_block(df: pd.DataFrame, step_s: float = 1.0) -> dict[str, Any]:
     queued = df["queue_time_ns"].notna().to_numpy()
     if not queued.any():
         return {"variance_ratio": None, "basis": "no queue times reported by the target"}
-    arrive = df["t_intended_ns"].to_numpy(dtype=float)[queued] / 1e9
-    admit = arrive + df["queue_time_ns"].to_numpy(dtype=float)[queued] / 1e9
+    arrive = frame_memo.floats(df, "t_intended_ns")[queued] / 1e9  # converted once
+    admit = arrive + frame_memo.floats(df, "queue_time_ns")[queued] / 1e9
     grid = np.arange(arrive.min(), arrive.max(), step_s)
     if len(grid) < 4:
         return {"variance_ratio": None, "basis": "run too short"}
-    depth = np.searchsorted(np.sort(arrive), grid, side="right") - np.searchsorted(
-        np.sort(admit), grid, side="right"
-    )
+    # arrivals come in plan order, already sorted: their sort is skipped (0.1 CPU s at 1.9M)
+    in_order = bool(np.all(arrive[1:] >= arrive[:-1]))
+    depth = np.searchsorted(arrive if in_order else np.sort(arrive), grid, side="right")
+    depth -= np.searchsorted(np.sort(admit), grid, side="right")
     half = len(depth) // 2
     v1, v2 = float(np.var(depth[:half])), float(np.var(depth[half:]))
     return {
