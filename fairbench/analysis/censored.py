@@ -68,15 +68,22 @@ class Observations:
         return len(self.time)
 
     @cached_property
-    def _time_order(self) -> np.ndarray:
-        return np.argsort(self.t, kind="stable")
+    def _time_order(self) -> np.ndarray | None:
+        """The stable order by send time, None where the times already are in it (a summary's
+        groups: a records window comes in plan order), where the argsort is the identity and
+        the two gathers of the whole group through it copies (issue 35)."""
+        t = self.t
+        if t is None or len(t) < 2 or bool(np.all(t[1:] >= t[:-1])):
+            return None
+        return np.argsort(t, kind="stable")
 
     @cached_property
     def in_time_order(self) -> np.ndarray | None:
         """The latencies in send order (None without times): what dependence is measured on."""
         if self.t is None:
             return None
-        return self.time[self._time_order]
+        order = self._time_order
+        return self.time if order is None else self.time[order]
 
     @cached_property
     def dependence(self) -> iv.Dependence:
@@ -98,7 +105,9 @@ class Observations:
             return iv.normal_scores_acf(series, lags)
         # the scores from this sample's own sort, not rankdata's: the same ranks, value for
         # value (ties averaged), and ndtri is norm.ppf on (0, 1) without its checks
-        ranks = average_ranks(self.sorted_time, self._by_value)[self._time_order]
+        ranks = average_ranks(self.sorted_time, self._by_value)
+        if self._time_order is not None:
+            ranks = ranks[self._time_order]
         return iv.normal_scores_acf(series, lags, special.ndtri(ranks / (len(series) + 1)))
 
     def dependence_at(self, threshold: float) -> iv.Dependence:
