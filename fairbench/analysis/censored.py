@@ -393,6 +393,23 @@ def quantile(obs: Observations, q: float) -> tuple[float, bool]:
     return float(obs.sorted_time[k - 1]), True
 
 
+def quantiles(obs: Observations, qs: tuple[float, ...]) -> list[tuple[float, bool]]:
+    """`quantile` at each q, the same values. Where nothing has sorted the observations and
+    nothing else will (no interval is asked of them: a group's ITL max and queue time), the
+    order statistics at the percentiles' ranks come from one np.partition, O(n), instead of
+    a sort: exactly the values the sort puts there. Why: those 11 sorts were 0.63 of a
+    10-minute fleet summary's CPU s (issue 35). Kaplan–Meier values go through `quantile`."""
+    n = len(obs)
+    if n == 0 or obs.ranked or "sorted_time" in obs.__dict__ or "_by_value" in obs.__dict__:
+        return [quantile(obs, q) for q in qs]
+    ks = [max(1, math.ceil(q * n)) for q in qs]
+    unfinished = n - int(obs.observed.sum())
+    if unfinished and any(unfinished <= n - k for k in ks):  # Kaplan–Meier's, not a rank's
+        return [quantile(obs, q) for q in qs]
+    at = np.partition(obs.time, sorted({k - 1 for k in ks}))
+    return [(float(at[k - 1]), unfinished > 0) for k in ks]
+
+
 def quantile_estimate(obs: Observations, q: float, confidence: float = 0.95) -> QuantileEstimate:
     """The quantile and its interval (see the module docstring for which interval when)."""
     n, unfinished = len(obs), obs.unfinished

@@ -107,8 +107,7 @@ def latency_percentiles(obs: censored.Observations) -> dict[str, Any]:
     unfinished, and which percentiles are only lower bounds."""
     out: dict[str, Any] = {}
     bounds = []
-    for q in _PERCENTILES:
-        value, bound = censored.quantile(obs, q)
+    for q, (value, bound) in zip(_PERCENTILES, censored.quantiles(obs, _PERCENTILES), strict=True):
         key = f"p{q * 100:g}"
         out[key] = None if not np.isfinite(value) else round(value / 1e6, 4)
         if bound:
