@@ -185,10 +185,20 @@ def average_ranks(sorted_values: np.ndarray, order: np.ndarray) -> np.ndarray:
     starts = np.empty(n, dtype=bool)
     starts[0] = True
     np.not_equal(sorted_values[1:], sorted_values[:-1], out=starts[1:])
-    dense = np.cumsum(starts)
-    count = np.append(np.flatnonzero(starts), n)
+    # int32 where it fits, summed in place: the same integers (≤ 2n + 1), so the same halves,
+    # with a third of the bytes of int64 temporaries (issue 35: 37 calls of up to 1.7M)
+    idx = np.int32 if n < 2**30 else np.int64
+    dense = np.cumsum(starts, dtype=idx)
     ranks = np.empty(n)
-    ranks[order] = 0.5 * (count[dense] + count[dense - 1] + 1)
+    if int(dense[-1]) == n:  # no ties: rank k is (k + (k − 1) + 1) / 2 = k exactly
+        ranks[order] = np.arange(1, n + 1, dtype=np.float64)
+        return ranks
+    count = np.append(np.flatnonzero(starts).astype(idx), np.array([n], dtype=idx))
+    total = count[dense]
+    dense -= 1
+    total += count[dense]
+    total += 1
+    ranks[order] = 0.5 * total
     return ranks
 
 
