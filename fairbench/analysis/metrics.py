@@ -186,3 +186,20 @@ def distinct(codes: np.ndarray) -> np.ndarray:
         return np.unique(codes)
     present = np.flatnonzero(np.bincount(codes - lo if lo else codes, minlength=hi - lo + 1))
     return (present + lo).astype(codes.dtype, copy=False)
+
+
+def distinct_inverse(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`np.unique(codes, return_inverse=True)` of integer codes by counting (`distinct`) and a
+    lookup table: the same values, inverse as intp. Why: np.unique argsorts the codes for the
+    inverse (1.5M codes of four tenants on the 10-minute fleet's VTC table). Other dtypes, or
+    codes spread wider than the rows, go to np.unique."""
+    codes = np.asarray(codes)
+    if codes.ndim != 1 or len(codes) == 0 or codes.dtype.kind not in "iu":
+        return np.unique(codes, return_inverse=True)
+    lo, hi = int(codes.min()), int(codes.max())
+    if hi - lo > len(codes) + 1024:
+        return np.unique(codes, return_inverse=True)
+    uniques = distinct(codes)
+    table = np.zeros(hi - lo + 1, dtype=np.intp)
+    table[uniques.astype(np.intp) - lo] = np.arange(len(uniques), dtype=np.intp)
+    return uniques, table[codes - lo if lo else codes]
