@@ -453,11 +453,11 @@ def _build_summary(
         ("slo_classes", "slo_class"),
         ("workloads", "workload"),
     ):
-        # the groups as codes: one pass over the column, not a string compare per group
-        codes, uniques = pd.factorize(df[column])
-        index = {name: k for k, name in enumerate(uniques.tolist())}
-        for name in sorted(index):
-            rows = codes == index[name]
+        # the groups as codes into their sorted names: one pass over the column, not a string
+        # compare per group, and the frame's memo (the timeline made the tenants' already)
+        codes, present = frame_memo.codes(df, column)
+        for k, name in enumerate(present):
+            rows = codes == k
             summary[key][name] = copy.deepcopy(
                 _group_once(blocks, rows, arrays, met, window, latencies, cols)
             )
