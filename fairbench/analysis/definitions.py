@@ -16,7 +16,7 @@ from fairbench.analysis import intervals as iv
 from fairbench.analysis.columns import Cols
 from fairbench.analysis.drift import METHOD as DRIFT_METHOD
 from fairbench.analysis.drift import Drift, drift
-from fairbench.analysis.fairness_ci import isolation_interval, slowdown_intervals
+from fairbench.analysis.fairness_ci import isolation_interval, slowdown_intervals, slowdowns
 from fairbench.analysis.intervals import Interval
 from fairbench.analysis.metric import GROUPS, Compute, Metric, Value
 from fairbench.analysis.metrics import distinct, jain
@@ -128,7 +128,7 @@ def _slowdowns(c: Cols, mask: np.ndarray | None) -> list[float]:
 
 def _tenant_slowdowns(c: Cols, mask: np.ndarray | None) -> list[float]:
     sel = _mask(c, mask, c.e2e_x)
-    slow = c.e2e_t / c.unloaded
+    slow = slowdowns(c)  # made once per run
     out = []
     for k in distinct(c.tenant[sel]):
         rows = sel & (c.tenant == k)

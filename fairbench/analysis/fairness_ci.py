@@ -95,7 +95,9 @@ def _slowdown_batches(c: Cols, mask: np.ndarray | None) -> tuple[np.ndarray, ...
     time order, with the batching; or the declined interval when there are too few batches."""
     sel = c.e2e_x if mask is None else c.e2e_x & mask
     rows = np.flatnonzero(sel)
-    order = rows[np.argsort(c.t[rows], kind="stable")]
+    t = c.t[rows]
+    in_order = len(t) < 2 or bool(np.all(t[1:] >= t[:-1]))  # a records window is: no argsort
+    order = rows if in_order else rows[np.argsort(t, kind="stable")]
     slow = c.e2e_t[order] / c.unloaded[order]
     tenant = c.tenant[order]
     finite = np.isfinite(slow) & (tenant >= 0)
@@ -151,6 +153,15 @@ def _leave_one_out(sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
         return (total_s - sums) / (total_n - counts)
 
 
+def slowdowns(c: Cols) -> np.ndarray:
+    """Each request's E2E ÷ its E2E alone, made once per run (the columns' memo): every group's
+    slowdown figures divide the same two columns (issue 35)."""
+    found = c._memo.get(("slowdowns", 0))
+    if found is None:
+        found = c._memo[("slowdowns", 0)] = c.e2e_t / c.unloaded
+    return found  # type: ignore[no-any-return]
+
+
 def waiting_episodes(c: Cols) -> np.ndarray:
     """Each request's contention episode: requests in time order, a new episode wherever the
     request arrives after every earlier one's first response (nobody is waiting), so an
@@ -182,7 +193,7 @@ def effective_episodes(c: Cols, mask: np.ndarray | None, pair: tuple[int, int]) 
     mean estimate). Episodes are independent where time batches are not: they end where
     nobody waits."""
     sel = c.e2e_x if mask is None else c.e2e_x & mask
-    slow = c.e2e_t / c.unloaded
+    slow = slowdowns(c)
     episode = waiting_episodes(c)
     influence = np.zeros(int(episode.max()) + 1 if len(episode) else 0)
     for sign, k in zip((1.0, -1.0), pair, strict=True):
