@@ -103,6 +103,19 @@ class Scraper:
             text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
             self.last_error = text[:ERROR_CHARS]
 
+    async def baseline(self) -> None:
+        """One scrape before t0 is chosen, stamped on the raw clock (`rebase` makes it the
+        run's): the baseline then lies before t0 whatever the machine's load."""
+        import aiohttp
+
+        async with aiohttp.ClientSession() as session:
+            await self.scrape_once(session, 0)
+
+    def rebase(self, t0_ns: int) -> None:
+        """The rows scraped before t0 was known, on the run's clock (negative: before t0)."""
+        for row in self.rows:
+            row["t_ns"] -= t0_ns
+
     def _write_group(self) -> None:
         rows, self.rows, self._pending_scrapes = self.rows, [], 0
         if self._writer is None:
@@ -155,8 +168,11 @@ def _scrape_main(
     counts: Any,
     ready: Any,
     error: Any = None,
+    go: Any = None,
+    based: Any = None,
 ) -> None:
-    """The scraper process: wait for t0, scrape until told to stop, then one last look."""
+    """The scraper process: on `go`, the baseline scrape (then `based`); on t0, a scrape every
+    interval until told to stop; then one last look."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the run's own signal handling stops us
@@ -165,9 +181,15 @@ def _scrape_main(
     async def main() -> None:
         scraper = Scraper(url, Path(path), interval_s)
         ready.set()
-        while not t0.value and not stop.is_set():
+        while not t0.value and not stop.is_set() and not go.is_set():
             await asyncio.sleep(0.002)
+        if go.is_set() and not t0.value and not stop.is_set():
+            await scraper.baseline()  # stamped on the raw clock: t0 is not chosen yet
+            based.set()
+            while not t0.value and not stop.is_set():
+                await asyncio.sleep(0.002)
         start = int(t0.value)
+        scraper.rebase(start)
         scraper.start(start)
         while not stop.is_set():
             await asyncio.sleep(0.05)
@@ -202,6 +224,8 @@ class ScraperProcess:
         self._counts = ctx.Array("q", 2, lock=False)
         self._error = ctx.Array("c", ERROR_CHARS, lock=False)
         self._ready = ctx.Event()
+        self._go = ctx.Event()
+        self._based = ctx.Event()
         self._proc = ctx.Process(
             target=_scrape_main,
             args=(
@@ -213,16 +237,27 @@ class ScraperProcess:
                 self._counts,
                 self._ready,
                 self._error,
+                self._go,
+                self._based,
             ),
             daemon=True,
         )
         self._proc.start()
 
     def wait_ready(self, timeout_s: float | None = None) -> bool:
-        """Call before choosing t0: the first scrape (the baseline that counters and histograms
-        are differenced against) must come before the first request ends. A scraper not ready
-        in time is reported on the run (see `report`)."""
-        ok = bool(self._ready.wait(self.ready_timeout_s if timeout_s is None else timeout_s))
+        """Call before choosing t0: waits for the process, then for its baseline scrape (the
+        one counters and histograms are differenced against), which must come before the first
+        request ends. Taken here, before t0 exists, it does: released by t0 instead, a niced
+        process on a loaded machine scraped 0.2 s after t0, when requests had already ended
+        (a two-shard run at load 5, 2026-12-05). A scraper not ready in time, or whose baseline
+        did not come in time (that scrape failed, or the server was slow), is reported on the
+        run (see `report`); its first scrape after t0 is then the baseline."""
+        limit = self.ready_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + limit
+        ok = bool(self._ready.wait(limit))
+        if ok:
+            self._go.set()
+            ok = bool(self._based.wait(max(0.0, deadline - time.monotonic())))
         self.was_ready = ok if self.was_ready is None else self.was_ready and ok
         return ok
 
