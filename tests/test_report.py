@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -279,9 +280,11 @@ def test_cdf_downsampling_keeps_the_ends_exact() -> None:
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-def browser_check(
-    page_path: Path, screenshot: Path
-) -> tuple[int, int, list[str], list[str], float]:
+@contextlib.contextmanager
+def launched() -> Iterator[Any]:
+    """One headless chromium for the block. A test that opens several pages opens each in a
+    context of its own (as fresh as a new browser: no cache, storage or routes carried over)
+    in this one browser: a launch is 2-3 s of a loaded machine, and it is not what is tested."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -295,7 +298,23 @@ def browser_check(
                 "--no-first-run",
             ],
         )
-        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def browser_check(
+    page_path: Path, screenshot: Path, browser: Any = None
+) -> tuple[int, int, list[str], list[str], float]:
+    """Open `page_path` offline in `browser` (a fresh context of it; a browser of its own if
+    None), scroll every figure into view, and take a full-page picture."""
+    if browser is None:
+        with launched() as own:
+            return browser_check(page_path, screenshot, own)
+    context = browser.new_context(viewport={"width": 1280, "height": 1000})
+    try:
+        page = context.new_page()
         errors: list[str] = []
         fetched: list[str] = []
         page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
@@ -354,7 +373,8 @@ def browser_check(
         # a full-page picture of a tall page with a dozen figures took over playwright's 30 s
         # default on a loaded CI machine; the picture is for people, not a speed check
         page.screenshot(path=str(screenshot), full_page=True, timeout=180_000)
-        browser.close()
+    finally:
+        context.close()
     return plots, rendered, errors, fetched, loaded
 
 
@@ -376,20 +396,18 @@ def test_the_report_renders_in_a_real_browser_offline(tmp_path: Path) -> None:
     keep_screenshot(shot, "run-100k.png")
 
 
-def missing_plotly_notice(page_path: Path) -> bool:
-    """Whether the page shows its "plotly.min.js is missing" notice."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        page = browser.new_page()
+def missing_plotly_notice(page_path: Path, browser: Any) -> bool:
+    """Whether the page shows its "plotly.min.js is missing" notice (in a fresh context)."""
+    context = browser.new_context()
+    try:
+        page = context.new_page()
         page.route(
             "**/*", lambda r: r.continue_() if r.request.url.startswith("file:") else r.abort()
         )
         page.goto(page_path.as_uri())
-        shown = page.is_visible("#no-plotly")
-        browser.close()
-    return shown
+        return bool(page.is_visible("#no-plotly"))
+    finally:
+        context.close()
 
 
 def keep_screenshot(shot: Path, name: str) -> None:
@@ -439,14 +457,15 @@ def test_every_page_renders_in_a_real_browser_offline(tmp_path: Path) -> None:
     lone = tmp_path / "lone"
     lone.mkdir()
     shutil.copy(ab, lone / "ab.html")
-    assert missing_plotly_notice(lone / "ab.html")
-    for name, (path, at_least) in pages.items():
-        assert_self_contained(path)
-        shot = tmp_path / name
-        plots, rendered, errors, fetched, _ = browser_check(path, shot)
-        assert errors == [] and fetched == [], (name, errors, fetched)
-        assert plots >= at_least and rendered == plots, (name, plots, rendered)
-        keep_screenshot(shot, name)
+    with launched() as browser:
+        assert missing_plotly_notice(lone / "ab.html", browser)
+        for name, (path, at_least) in pages.items():
+            assert_self_contained(path)
+            shot = tmp_path / name
+            plots, rendered, errors, fetched, _ = browser_check(path, shot, browser)
+            assert errors == [] and fetched == [], (name, errors, fetched)
+            assert plots >= at_least and rendered == plots, (name, plots, rendered)
+            keep_screenshot(shot, name)
 
 
 def test_report_cli_quarterly_and_history(tmp_path: Path) -> None:
