@@ -179,9 +179,11 @@ def test_validate_prints_one_line_per_problem(work: Path, tmp_path: Path) -> Non
     assert lines[-1] == f"{work / 'absent.yaml'}: file not found"
 
 
-def test_errors_name_the_flag_and_the_fix(work: Path) -> None:
+def test_errors_name_the_flag_and_the_fix(
+    work: Path, fuzz: dict[str, subprocess.CompletedProcess[str]]
+) -> None:
     tiny = str(work / "tiny.yaml")
-    typo = run_cli("ab", tiny, "--a", "policy=fifo", "--b", "scheduler.policy=dwrr")
+    typo = fuzz["ab-top-level-typo"]  # `ab tiny --a policy=fifo --b run.seed=2`, run once
     assert typo.stderr.startswith("--a policy=fifo: ")
     assert "did you mean scheduler.policy?" in typo.stderr
     assert tiny not in typo.stderr  # the file is fine; the flag is not
@@ -189,7 +191,7 @@ def test_errors_name_the_flag_and_the_fix(work: Path) -> None:
     assert value.stderr.startswith("--b tenants.b.team.weight=0: tenants[1].weight: ")
     netperf = run_cli("compare", "x", "y", "--confidence", "99,5")
     assert "--precision" in netperf.stderr and "--confidence" in netperf.stderr
-    bad_flag = run_cli("run", tiny, "--bogus")
+    bad_flag = fuzz["run-bad-flag"]  # `run tiny --bogus`, run once for both tests
     assert "--bogus" in bad_flag.stderr and "fairbench run --help" in bad_flag.stderr
 
 
