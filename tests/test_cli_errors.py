@@ -20,8 +20,9 @@ import yaml
 
 from fairbench._version import __version__
 from fairbench.cli.inputs import UsageFailure, confidence_level, scenario_with
-from fairbench.decide.sweep import apply, knee, resolve_path, search_knee
+from fairbench.decide.sweep import apply, knee, search_knee
 from fairbench.workload.errors import ScenarioError
+from fairbench.workload.paths import resolve_path
 from tests.cli import REPO, run_cli
 
 TINY = {

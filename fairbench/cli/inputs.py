@@ -90,9 +90,9 @@ def apply_overrides(
     """A copy of the scenario document with each PATH=VALUE of `items` set (VALUE read as YAML),
     and each override's field path as validation errors write it. Tenants are addressed by id
     or index (`tenants.support-bot.weight=3`), workloads by name."""
-    from fairbench.decide.sweep import set_path  # lazily: decide pulls in the analysis stack
     from fairbench.workload.loading import read_yaml
     from fairbench.workload.models import Scenario
+    from fairbench.workload.paths import set_path  # not decide's: it loads the analysis stack
 
     data = json.loads(json.dumps(raw))
     placed: list[str] = []
