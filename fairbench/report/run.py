@@ -25,6 +25,7 @@ from fairbench.report.headline import headline_html
 from fairbench.report.html import (
     Colors,
     fig_html,
+    figure,
     flatten,
     ms,
     num,
@@ -347,9 +348,9 @@ def server_metrics_section(server: pd.DataFrame, kind: str) -> list[str]:
             [[html.escape(r["metric"]), r["type"], html.escape(describe(r))] for r in rows],
         )
     )
-    gauges = go.Figure()
-    rates = go.Figure()
-    quant = go.Figure()
+    gauges = figure()
+    rates = figure()
+    quant = figure()
     for k, r in enumerate(rows):
         family = r["metric"].removesuffix("_total")
         color = SERIES_PALETTE[k % len(SERIES_PALETTE)]  # a series keeps its colour
