@@ -25,7 +25,7 @@ from fairbench.analysis.health import MachineLoad, generator_health
 from fairbench.analysis.isolation import skip_reason
 from fairbench.analysis.summary import build_summary, measurement_window
 from fairbench.plan.model import Plan
-from fairbench.run.live import Progress
+from fairbench.run.exec_types import Progress
 from fairbench.run.measure import Measurement, measure
 from fairbench.run.memory import release_freed_memory
 from fairbench.run.records import check_accounting, records_frame, records_table, write_records

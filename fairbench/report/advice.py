@@ -13,11 +13,10 @@ import json
 import math
 from typing import Any
 
-import plotly.graph_objects as go
 import yaml
 
 from fairbench.report.decisions import axis_title
-from fairbench.report.html import fig_html, page, table
+from fairbench.report.html import fig_html, figure, page, table
 
 # What the verification interval's promise was measured to be (benchmarks/bench_advise.py,
 # docs/advise.md): the page says it where the interval is shown.
@@ -119,7 +118,7 @@ def _verification(doc: dict[str, Any]) -> list[str]:
     method = html.escape(
         f"{first.get('ci_method')}, {first.get('ci_confidence', 0):.0%} confidence"
     )
-    fig = go.Figure()
+    fig = figure()
     for v in rows_v:
         means = [v["attainment"][c]["mean"] for c in targets]
         lo = [v["attainment"][c]["ci_low"] for c in targets]
@@ -195,7 +194,7 @@ def _front(doc: dict[str, Any]) -> list[str]:
         ("feasible, dominated", lambda t: t["feasible"] and not t["front"], BLUE, "circle"),
         ("feasible, on the front", lambda t: t["feasible"] and t["front"], RED, "circle"),
     )
-    fig = go.Figure()
+    fig = figure()
     for name, keep, color, symbol in groups:
         chosen = [t for t in trials if keep(t)]
         fig.add_scatter(
@@ -222,7 +221,7 @@ def _front(doc: dict[str, Any]) -> list[str]:
         xaxis_title=axis_title(x, "higher is better" if sx == "max" else "lower is better"),
         yaxis_title=axis_title(y, "higher is better" if sy == "max" else "lower is better"),
     )
-    prog = go.Figure()
+    prog = figure()
     prog.add_scatter(
         x=[t["number"] for t in trials],
         y=[t["headroom"] for t in trials],
@@ -265,7 +264,7 @@ def _importance(doc: dict[str, Any]) -> list[str]:
     ]
     if imp:
         knobs = [k["name"] for k in doc["knobs"]]
-        fig = go.Figure()
+        fig = figure()
         for target, shares in imp.items():
             fig.add_bar(
                 y=knobs, x=[shares.get(k, 0.0) for k in knobs], name=target, orientation="h"

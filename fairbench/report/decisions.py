@@ -21,7 +21,7 @@ import yaml
 from fairbench.analysis import registry, series
 from fairbench.decide.compare import Comparison, Verdict
 from fairbench.report.figures import arm_cdfs
-from fairbench.report.html import ARM_DASH, Colors, fig_html, page, swatch, table
+from fairbench.report.html import ARM_DASH, Colors, fig_html, figure, page, swatch, table
 
 _LATENCY = re.compile(r"^(ttft|e2e|tpot)_p\d+(\.|$)")
 
@@ -196,7 +196,7 @@ def history_report(
     found = []
     for k, name in enumerate(metric_names):
         values = [metric_value(s, name) for s in summaries]
-        fig = go.Figure(go.Scatter(x=labels, y=values, mode="lines+markers", name=name))
+        fig = figure(go.Scatter(x=labels, y=values, mode="lines+markers", name=name))
         step = series.detect_step(values)
         if step:
             fig.add_vline(
@@ -264,7 +264,7 @@ def pareto_report(
                 hoverinfo="text+x+y",
             )
         )
-    fig = go.Figure(traces)
+    fig = figure(traces)
     over = " and ".join(n for n, _ in objectives)
     fig.update_layout(
         xaxis_type=scales[0],

@@ -19,7 +19,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from fairbench.analysis import series
-from fairbench.report.html import Colors, fig_html, ms
+from fairbench.report.html import Colors, fig_html, figure, ms
 
 RUN_CLOCK = "time since run start (s)"
 INTENDED_CLOCK = "intended send time (s since run start)"
@@ -55,7 +55,7 @@ def latency_cdfs(
     out = []
     palette = colors.by(by)
     for metric, groups in series.latency_cdfs(df, by).items():
-        fig = go.Figure()
+        fig = figure()
         for name, (x, y) in groups.items():
             fig.add_trace(
                 go.Scatter(
@@ -111,7 +111,7 @@ def ttft_p99_over_time(
         top = w.get("ci_high_ms")
         bar_x += [w["start_s"], w["start_s"], None]
         bar_y += [w["ci_low_ms"], ceiling if top is None else top, None]
-    fig = go.Figure()
+    fig = figure()
     if bar_x:
         fig.add_trace(
             go.Scatter(
@@ -158,7 +158,7 @@ def queue_depth(
 ) -> list[str]:
     """The server's queue depth where it reports one, else the waiting count from records."""
     qs = series.server_series(server, ("scheduler_queue_depth",))
-    fig = go.Figure()
+    fig = figure()
     if qs:
         fig.add_trace(
             go.Scatter(
@@ -193,7 +193,7 @@ def service_shares(
     lo, hi = window
     step = max(5.0, (hi - lo) / 30)
     shares = series.shares_over_time(window_df, dict(weights), step, start_s=lo, end_s=hi)
-    fig = go.Figure()
+    fig = figure()
     for tenant in sorted(weights):
         color = colors.tenant(tenant)
         fig.add_trace(
@@ -235,7 +235,7 @@ def jain_and_slowdown_windows(
     jw = fair.get("jain_windows") or {}
     step = float(jw.get("window_s") or 1.0)
     t0 = float(window_df["t_intended_ns"].min()) / 1e9 if len(window_df) else 0.0
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, figure=figure())
     fig.add_trace(
         go.Scatter(
             x=[t0 + k * step for k in range(len(jw.get("values", [])))],
@@ -278,6 +278,7 @@ def attainment_and_goodput(summary: Mapping[str, Any], colors: Colors) -> list[s
         cols=2,
         subplot_titles=("SLO attainment", "goodput (requests meeting their SLO)"),
         horizontal_spacing=0.1,
+        figure=figure(),
     )
     for label, g, color, hatch in groups:
         att, good = g["slo_attainment"], g["goodput"]["requests_per_s"]
@@ -314,7 +315,7 @@ def events(
     srv = series.server_series(
         server, ("scheduler_preempt_count_total", "scheduler_demotions_total")
     )
-    fig = go.Figure(
+    fig = figure(
         [
             go.Scatter(x=ev["t"], y=ev[s], name=f"{s} (req/s)", line={"color": STATUS_COLORS[s]})
             for s in ("rejected", "error", "timeout")
@@ -342,7 +343,7 @@ def send_lag(
 ) -> list[str]:
     """The generator's send lag and receive delay per request, with their INVALID lines."""
     lag = series.send_lag(df)
-    fig = go.Figure(
+    fig = figure(
         go.Scattergl(
             x=lag["t"],
             y=lag["lag_ms"],
@@ -399,7 +400,7 @@ def arm_cdfs(
 ) -> go.Figure:
     """One latency's CDF per group (`by`), one line style per arm (A/B, real/sim), one colour
     per group across the arms: the A/B and fidelity pages' overlay."""
-    fig = go.Figure()
+    fig = figure()
     palette = colors.by(by)
     for arm, df in frames.items():
         for name, (x, y) in series.latency_cdfs(df, by)[metric].items():

@@ -10,13 +10,13 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from fairbench.report.html import fig_html, page, write_page
+from fairbench.report.html import fig_html, figure, page, write_page
 
 
 def history_page(view: dict[str, Any]) -> str:
     pts, roll = view["points"], view["rolling"]
     x = [p["time"] for p in pts]
-    fig = go.Figure()
+    fig = figure()
     fig.add_trace(
         go.Scatter(
             x=x,

@@ -25,6 +25,7 @@ from fairbench.report.headline import headline_html
 from fairbench.report.html import (
     Colors,
     fig_html,
+    figure,
     flatten,
     ms,
     num,
@@ -35,7 +36,6 @@ from fairbench.report.html import (
     write_page,
 )
 from fairbench.report.markdown import figure_text, markdown_summary
-from fairbench.targets.engines import engine
 from fairbench.workload.loading import parse_scenario
 
 
@@ -322,6 +322,10 @@ def run_report(run_dir: Path) -> tuple[str, str]:
 def server_metrics_section(server: pd.DataFrame, kind: str) -> list[str]:
     """The engine's own view of the run: a table of its headline series, gauges over time,
     counter rates, and histogram quantiles per window (fairbench.analysis.server_metrics)."""
+    # here, not at import: the engines' table loads the HTTP client (asyncio), which a
+    # simulated run's report, having no server metrics, never needs
+    from fairbench.targets.engines import engine
+
     headline = engine(kind).headline_metrics
     rows = sm.overview(server, headline)
     out = [f"<h2>Server metrics ({html.escape(kind)}, scraped during the run)</h2>"]
@@ -347,9 +351,9 @@ def server_metrics_section(server: pd.DataFrame, kind: str) -> list[str]:
             [[html.escape(r["metric"]), r["type"], html.escape(describe(r))] for r in rows],
         )
     )
-    gauges = go.Figure()
-    rates = go.Figure()
-    quant = go.Figure()
+    gauges = figure()
+    rates = figure()
+    quant = figure()
     for k, r in enumerate(rows):
         family = r["metric"].removesuffix("_total")
         color = SERIES_PALETTE[k % len(SERIES_PALETTE)]  # a series keeps its colour

@@ -7,7 +7,10 @@ Prometheus scraper (`scrape`), the simulated path and the `Measurement` they all
 the next stage. Imports `workload`, `plan` and `targets`; `analysis` and above may import it.
 """
 
-from fairbench.run.executor import ExecOptions, Executor, LiveCounters
+from typing import TYPE_CHECKING
+
+from fairbench._lazy import lazy_exports
+from fairbench.run.exec_types import ExecOptions, LiveCounters
 from fairbench.run.measure import Measurement, measure
 from fairbench.run.records import check_accounting, read_records, records_frame
 from fairbench.run.recovery import read_partial
@@ -26,3 +29,11 @@ __all__ = [
     "records_frame",
     "write_json",
 ]
+
+# the executor (asyncio and the live path) on first use: a simulated run never starts it
+_API = {"Executor": "fairbench.run.executor"}
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fairbench.run.executor import Executor
+
+__getattr__, __dir__ = lazy_exports(__name__, _API, globals())

@@ -29,13 +29,14 @@ import os
 import time
 from array import array
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from fairbench.plan.model import Plan, PlannedRequest
 from fairbench.plan.sessions import Conversation, Steps, session_steps
+from fairbench.run.exec_types import ExecOptions, LiveCounters
 from fairbench.run.pacer import make_pacer
 from fairbench.run.records import JournalWriter, Record
 from fairbench.targets.base import Done, Failed, Started, Target, Token
@@ -43,37 +44,6 @@ from fairbench.workload.sessions import step_word
 
 now_ns = time.perf_counter_ns
 _PREPARE_NS = 1_500_000  # build requests ahead only while the next send is this far off
-
-
-@dataclass
-class ExecOptions:
-    timeout_s: float = 600.0  # per request, from its intended time
-    grace_s: float = 30.0  # after the last send (or a stop), before cancelling what is left
-    concurrency_cap: int | None = None  # closed-loop experiments only
-    lead_s: float = 0.25  # t0 lies this far after the executor starts
-    # How to wait for a send time (fairbench.run.pacer): `auto` = a timerfd at the deadline
-    # where the platform has one (no CPU while waiting), else sleep to within `spin_s` of it and
-    # spin (yielding to I/O); `spin` forces the latter.
-    pacing: str = "auto"
-    spin_s: float = 0.0012
-    # workloads whose sessions are agents: a cancel reason names their "step N", not "turn N"
-    agent_workloads: tuple[str, ...] = ()
-
-
-@dataclass
-class LiveCounters:
-    """What the progress display reads; updated by the executor as it goes."""
-
-    planned: int = 0
-    sent: int = 0
-    done: int = 0
-    errors: int = 0
-    last_lag_ns: int = 0
-    by_status: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def in_flight(self) -> int:
-        return self.sent - self.done
 
 
 @dataclass

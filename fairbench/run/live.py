@@ -17,13 +17,12 @@ from typing import Any
 import numpy as np
 
 from fairbench.plan.model import Plan
-from fairbench.run.executor import ExecOptions, ExecResult, Executor, LiveCounters
+from fairbench.run.exec_types import Progress
+from fairbench.run.executor import ExecOptions, ExecResult, Executor
 from fairbench.run.records import JournalWriter
 from fairbench.run.scrape import ScraperProcess
 from fairbench.targets.factory import make_target, metrics_url
 from fairbench.workload.models import Scenario
-
-Progress = Callable[[LiveCounters], None]
 
 
 async def live(

@@ -24,9 +24,7 @@ import yaml
 from fairbench._version import __version__
 from fairbench.plan.materialize import materialize
 from fairbench.plan.model import Plan
-from fairbench.run.executor import ExecOptions, LiveCounters
-from fairbench.run.live import Progress, live, uvloop_run
-from fairbench.run.pacer import resolve as resolve_pacing
+from fairbench.run.exec_types import ExecOptions, LiveCounters, Progress
 from fairbench.run.records import Records, records_table, release_arrow_memory
 from fairbench.run.rundir import (
     RUN_SCHEMA_VERSION,
@@ -37,10 +35,7 @@ from fairbench.run.rundir import (
     redacted,
     write_json,
 )
-from fairbench.run.scrape import scrape_report
-from fairbench.run.shards import Shards, default_workers, run_sharded
 from fairbench.targets.factory import make_target
-from fairbench.targets.http.stamped import describe as stamps_info
 from fairbench.workload.models import Scenario
 from fairbench.workload.sessions import agent_workloads
 
@@ -122,6 +117,7 @@ def measure(
     if scn.target.kind != "sim":  # before anything is planned or written: a dead target, one line
         # the live path's HTTP modules load here, not at import: a simulated run never needs
         # aiohttp (about 0.3 s of a fleet run's imports, issue 35)
+        from fairbench.run.live import uvloop_run
         from fairbench.targets.precheck import precheck
 
         uvloop_run(precheck(scn, options.base_url))
@@ -172,8 +168,14 @@ def measure(
             counters.phase = "summarising"
             progress(counters)
         return Measurement(run_dir, scn, plan, rows, header, info, stopped, loop_lags, workers)
-    workers = options.workers or default_workers(plan)
+    # the live path's modules (asyncio, the executor, the scraper, the shard pool) load here,
+    # not at import: a simulated run never needs them (fairbench.run.exec_types)
+    from fairbench.run.live import live, uvloop_run
+    from fairbench.run.scrape import scrape_report
+    from fairbench.run.shards import default_workers
     from fairbench.targets.engine_setup import ENGINE_KINDS, engine_setup
+
+    workers = options.workers or default_workers(plan)
 
     setup: dict[str, Any] = {}
     if scn.target.kind in ENGINE_KINDS:
@@ -211,6 +213,9 @@ def measure(
 def live_clock(t0_ns: int, pacing: str = "auto", **extra: str) -> dict[str, Any]:
     """run.json's `clock` of a live run: the timeline, t0, and which stamps the transport took
     (kernel receive stamps or user space; the send's last byte)."""
+    from fairbench.run.pacer import resolve as resolve_pacing
+    from fairbench.targets.http.stamped import describe as stamps_info
+
     return {
         "source": CLOCK_SOURCE,
         "t0_ns": t0_ns,
@@ -257,6 +262,9 @@ def _measure_shards(
 ) -> Measurement:
     """The plan's shards on generator processes here (fairbench.run.shards) or on Ray actors
     (fairbench.run.ray_shards, with --ray); one target, one server, one scraper, here."""
+    from fairbench.run.scrape import scrape_report
+    from fairbench.run.shards import Shards, run_sharded
+
     with shared_target(scn, options, setup, run_dir) as (info, base_url, keys):
         shards = Shards(
             keys, plan_path, plan, scn, run_dir, workers, exec_options, base_url, progress, setup
