@@ -22,6 +22,8 @@ from fairbench.analysis.metrics import distinct
         np.array([-1, 3, 3, 0, -1], dtype=np.int64),
         np.array([2, 2, 2], dtype=np.int32),
         np.array([5, 1, 9], dtype=np.uint8),
+        np.array([-100, 100, 5], dtype=np.int8),  # the shift would wrap in int8
+        np.array([-1, 127], dtype=np.int8),
         np.array([-7, 10**12, 4], dtype=np.int64),  # wider than the rows: np.unique's way
         np.random.default_rng(1).integers(-1, 4, size=10_000),
         np.array([True, False, True]),
@@ -31,6 +33,14 @@ from fairbench.analysis.metrics import distinct
 def test_distinct_is_np_unique(codes: np.ndarray) -> None:
     got, want = distinct(codes), np.unique(codes)
     assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+def test_distinct_inverse_of_narrow_codes() -> None:
+    from fairbench.analysis.metrics import distinct_inverse
+
+    codes = np.array([-100, 100, 5, -100], dtype=np.int8)
+    got, want = distinct_inverse(codes), np.unique(codes, return_inverse=True)
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
 
 
 def test_slowdowns_once_per_group(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -184,7 +184,9 @@ def distinct(codes: np.ndarray) -> np.ndarray:
     lo, hi = int(codes.min()), int(codes.max())
     if hi - lo > len(codes) + 1024:
         return np.unique(codes)
-    present = np.flatnonzero(np.bincount(codes - lo if lo else codes, minlength=hi - lo + 1))
+    # shifted in intp, not the codes' own dtype: int8 codes from -100 to 100 wrap there
+    shifted = np.subtract(codes, lo, dtype=np.intp) if lo else codes
+    present = np.flatnonzero(np.bincount(shifted, minlength=hi - lo + 1))
     return (present + lo).astype(codes.dtype, copy=False)
 
 
@@ -202,4 +204,4 @@ def distinct_inverse(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     uniques = distinct(codes)
     table = np.zeros(hi - lo + 1, dtype=np.intp)
     table[uniques.astype(np.intp) - lo] = np.arange(len(uniques), dtype=np.intp)
-    return uniques, table[codes - lo if lo else codes]
+    return uniques, table[np.subtract(codes, lo, dtype=np.intp) if lo else codes]

@@ -167,9 +167,10 @@ def _scrape_main(
     stop: Any,
     counts: Any,
     ready: Any,
-    error: Any = None,
-    go: Any = None,
-    based: Any = None,
+    error: Any,
+    go: Any,
+    based: Any,
+    baseline_ok: Any,
 ) -> None:
     """The scraper process: on `go`, the baseline scrape (then `based`); on t0, a scrape every
     interval until told to stop; then one last look."""
@@ -185,6 +186,7 @@ def _scrape_main(
             await asyncio.sleep(0.002)
         if go.is_set() and not t0.value and not stop.is_set():
             await scraper.baseline()  # stamped on the raw clock: t0 is not chosen yet
+            baseline_ok.value = scraper.scrapes > 0
             based.set()
             while not t0.value and not stop.is_set():
                 await asyncio.sleep(0.002)
@@ -219,6 +221,7 @@ class ScraperProcess:
         self.path = path
         self.ready_timeout_s = ready_timeout_s
         self.was_ready: bool | None = None  # None: never waited for
+        self.baseline_failed = False  # its baseline scrape came in time, but failed
         self._t0 = ctx.Value("q", 0, lock=False)
         self._stop = ctx.Event()
         self._counts = ctx.Array("q", 2, lock=False)
@@ -226,6 +229,7 @@ class ScraperProcess:
         self._ready = ctx.Event()
         self._go = ctx.Event()
         self._based = ctx.Event()
+        self._baseline_ok = ctx.Value("b", 0, lock=False)
         self._proc = ctx.Process(
             target=_scrape_main,
             args=(
@@ -239,6 +243,7 @@ class ScraperProcess:
                 self._error,
                 self._go,
                 self._based,
+                self._baseline_ok,
             ),
             daemon=True,
         )
@@ -250,19 +255,24 @@ class ScraperProcess:
         request ends. Taken here, before t0 exists, it does: released by t0 instead, a niced
         process on a loaded machine scraped 0.2 s after t0, when requests had already ended
         (a two-shard run at load 5, 2026-12-05). A scraper not ready in time, or whose baseline
-        did not come in time (that scrape failed, or the server was slow), is reported on the
-        run (see `report`); its first scrape after t0 is then the baseline."""
+        did not come in time (the server was slow), or whose baseline scrape failed, is reported
+        on the run (see `report`); its first scrape after t0 is then the baseline. True only
+        with the baseline in."""
         limit = self.ready_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + limit
         ok = bool(self._ready.wait(limit))
         if ok:
             self._go.set()
             ok = bool(self._based.wait(max(0.0, deadline - time.monotonic())))
+            if ok and not self._baseline_ok.value:
+                self.baseline_failed = True
+                ok = False
         self.was_ready = ok if self.was_ready is None else self.was_ready and ok
         return ok
 
     def start(self, t0_ns: int) -> None:
-        """Scrape now (the baseline, before t0 when t0 lies ahead), then every interval."""
+        """Scrape every interval from now on (the baseline came in `wait_ready`, before t0;
+        without it, the first of these scrapes is the baseline)."""
         self._t0.value = t0_ns
 
     async def stop(self, t0_ns: int) -> None:
@@ -287,7 +297,13 @@ class ScraperProcess:
         scrapes, failures = self.scrapes, self.failures
         last = bytes(self._error.value).decode("utf-8", "replace") or None
         warnings = []
-        if self.was_ready is False:
+        if self.baseline_failed:
+            warnings.append(
+                "server metrics: the baseline scrape before t0 failed; the first scrape after "
+                "t0, if any, is the baseline, so the server's counters miss the requests that "
+                "ended before it"
+            )
+        elif self.was_ready is False:
             warnings.append(
                 f"server metrics: the scraper was not ready within {self.ready_timeout_s:g} s "
                 "when the run started; its baseline scrape may come after t0"

@@ -1,7 +1,7 @@
 """Field paths into a scenario document: `tenants.support-bot.weight`, `scheduler.policy`.
 
 What `--set`, `--a`/`--b` and a sweep's grid address. Here, apart from fairbench.decide.sweep
-(which re-exports them), so that the CLI can check an override without importing the decide
+(which uses `set_path`), so that the CLI can check an override without importing the decide
 package, whose __init__ loads the analysis stack (about 1 s of CPU for a command that then
 fails on its flags).
 """
