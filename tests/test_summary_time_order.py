@@ -40,3 +40,12 @@ def test_shuffled_comes_back_in_time_order() -> None:
     assert shuffled._time_order is not None
     assert np.array_equal(shuffled.in_time_order, ordered.in_time_order)
     assert np.array_equal(shuffled.score_acf, ordered.score_acf)
+
+
+def test_nondecreasing_is_the_one_order_check() -> None:
+    from fairbench.analysis.metrics import nondecreasing
+
+    assert nondecreasing(np.array([])) and nondecreasing(np.array([3.0]))
+    assert nondecreasing(np.array([1.0, 1.0, 2.0]))  # ties are in order
+    assert not nondecreasing(np.array([1.0, 3.0, 2.0]))
+    assert not nondecreasing(np.array([1.0, np.nan, 2.0]))  # NaN: sort it, do not assume

@@ -175,8 +175,9 @@ def queue_depth_block(df: pd.DataFrame, step_s: float = 1.0) -> dict[str, Any]:
     if len(grid) < 4:
         return {"variance_ratio": None, "basis": "run too short"}
     # arrivals come in plan order, already sorted: their sort is skipped (0.1 CPU s at 1.9M)
-    in_order = bool(np.all(arrive[1:] >= arrive[:-1]))
-    depth = np.searchsorted(arrive if in_order else np.sort(arrive), grid, side="right")
+    depth = np.searchsorted(
+        arrive if m.nondecreasing(arrive) else np.sort(arrive), grid, side="right"
+    )
     depth -= np.searchsorted(np.sort(admit), grid, side="right")
     half = len(depth) // 2
     v1, v2 = float(np.var(depth[:half])), float(np.var(depth[half:]))

@@ -47,6 +47,7 @@ from scipy import special
 
 from fairbench.analysis import frame_memo
 from fairbench.analysis import intervals as iv
+from fairbench.analysis.metrics import nondecreasing
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ class Observations:
         groups: a records window comes in plan order), where the argsort is the identity and
         the two gathers of the whole group through it copies (issue 35)."""
         t = self.t
-        if t is None or len(t) < 2 or bool(np.all(t[1:] >= t[:-1])):
+        if t is None or nondecreasing(t):
             return None
         return np.argsort(t, kind="stable")
 

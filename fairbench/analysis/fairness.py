@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fairbench.analysis.metrics import distinct_inverse, jain
+from fairbench.analysis.metrics import distinct_inverse, jain, nondecreasing
 from fairbench.analysis.timeline import Timeline, build_timeline  # noqa: F401  (re-exported)
 
 
@@ -75,7 +75,7 @@ def service_difference(
     s_code, s_start, s_end, s_cost = code[serves], start_s[serves], end_s[serves], cost[serves]
     # arrivals in time order (a records window's are): a tick's are one slice, the same rows
     # in the same order as its mask picks, without two compares of the run per tick
-    in_order = len(arrival_s) < 2 or bool(np.all(arrival_s[1:] >= arrival_s[:-1]))
+    in_order = nondecreasing(arrival_s)
     for i, x in enumerate(ticks):
         lo, hi = x + warmup_s - window_s / 2, x + warmup_s + window_s / 2
         got = np.zeros(k)

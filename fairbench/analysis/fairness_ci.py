@@ -55,7 +55,7 @@ from fairbench.analysis import censored
 from fairbench.analysis import intervals as iv
 from fairbench.analysis.columns import Cols
 from fairbench.analysis.drift import ONE_SE
-from fairbench.analysis.metrics import distinct, jain
+from fairbench.analysis.metrics import distinct, jain, nondecreasing
 
 CONFIDENCE = 0.95
 METHOD_SLOWDOWN_PAIR = (
@@ -96,8 +96,8 @@ def _slowdown_batches(c: Cols, mask: np.ndarray | None) -> tuple[np.ndarray, ...
     sel = c.e2e_x if mask is None else c.e2e_x & mask
     rows = np.flatnonzero(sel)
     t = c.t[rows]
-    in_order = len(t) < 2 or bool(np.all(t[1:] >= t[:-1]))  # a records window is: no argsort
-    order = rows if in_order else rows[np.argsort(t, kind="stable")]
+    # a records window is in time order already: then no argsort
+    order = rows if nondecreasing(t) else rows[np.argsort(t, kind="stable")]
     slow = c.e2e_t[order] / c.unloaded[order]
     tenant = c.tenant[order]
     finite = np.isfinite(slow) & (tenant >= 0)

@@ -172,6 +172,13 @@ def jain(x: np.ndarray) -> float:
     return float(x.sum() ** 2 / (len(x) * float(np.square(x).sum())))
 
 
+def nondecreasing(x: np.ndarray) -> bool:
+    """Whether `x` is already in order (ties kept; any NaN: not). Why: records come in plan
+    order, so a run's (or a records window's) send times need no argsort, and a slice by
+    `searchsorted` picks what a mask would; every such fast path asks this one question."""
+    return len(x) < 2 or bool(np.all(x[1:] >= x[:-1]))
+
+
 def distinct(codes: np.ndarray) -> np.ndarray:
     """`np.unique(codes)` of integer codes (tenant, class: a few distinct values over a
     million rows), by counting instead of hashing or sorting: the same sorted values, same

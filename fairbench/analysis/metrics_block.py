@@ -15,6 +15,7 @@ from fairbench.analysis.columns import Cols
 from fairbench.analysis.definitions import METRICS
 from fairbench.analysis.intervals import share_interval
 from fairbench.analysis.metric import Metric
+from fairbench.analysis.metrics import nondecreasing
 
 _Shares = dict[str, tuple[np.ndarray, np.ndarray, bool]]
 
@@ -60,8 +61,7 @@ def _share_inputs(metric: Metric, c: Cols, shares: _Shares) -> tuple[np.ndarray,
     its metrics block's 1.4 CPU s at 1.9M requests (issue 35)."""
     if metric.name not in shares:
         assert metric.share_of is not None and metric.indicator is not None
-        t = c.t
-        in_order = bool(len(t) < 2 or np.all(t[1:] >= t[:-1]))
+        in_order = nondecreasing(c.t)
         shares[metric.name] = (metric.share_of(c), np.asarray(metric.indicator(c)), in_order)
     return shares[metric.name]
 

@@ -157,7 +157,7 @@ class _TenantDemand:
 
     def __init__(self, rows: np.ndarray, arrive: np.ndarray, cost: np.ndarray) -> None:
         self.arrive, self.cost = arrive[rows], cost[rows]
-        self.ordered = bool(np.all(self.arrive[1:] >= self.arrive[:-1]))
+        self.ordered = m.nondecreasing(self.arrive)
 
     def within(self, lo: float, hi: float) -> float:
         """The tokens asked for by requests arriving in [lo, hi): a slice when arrivals are in

@@ -340,7 +340,7 @@ def _window(records: pd.DataFrame, start: float, end: float) -> pd.DataFrame:
     """The records whose intended time is in [start, end] s. Records come in plan order, so the
     window is one contiguous slice: taken without copying a million-row frame."""
     t = records["t_intended_ns"].to_numpy(dtype=np.float64) / 1e9
-    if len(t) and np.all(t[1:] >= t[:-1]):
+    if m.nondecreasing(t):
         a, b = np.searchsorted(t, start, side="left"), np.searchsorted(t, end, side="right")
         return records.iloc[a:b].reset_index(drop=True)
     return records[(t >= start) & (t <= end)].reset_index(drop=True)
