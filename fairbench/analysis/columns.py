@@ -7,8 +7,8 @@ summary.json, compare, ab, gate, sweep and the reports (fairbench.analysis.regis
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -17,6 +17,8 @@ import pyarrow.compute as pc
 
 from fairbench.analysis import censored, frame_memo
 from fairbench.analysis import metrics as m
+
+T = TypeVar("T")
 
 
 class Cols:
@@ -144,6 +146,15 @@ class Cols:
             order = found.__dict__.get("_by_value")
             if order is not None and which not in self._orders:
                 self._orders[which] = order.astype(np.int32 if len(order) < 2**31 else np.int64)
+
+    def memo(self, name: str, mask: np.ndarray | None, make: Callable[[], T]) -> T:
+        """`make()` for the group (`mask`; None: the run), kept until `forget` under `name`:
+        a figure that several others read (a group's slowdowns, its drift, the run's late
+        indicator) is computed once. The one way into the memo, so every key has one form."""
+        key = (name, _mask_key(mask))
+        if key not in self._memo:
+            self._memo[key] = make()
+        return self._memo[key]  # type: ignore[no-any-return]
 
     def estimate(self, which: str, mask: np.ndarray | None, q: float) -> censored.QuantileEstimate:
         """The group's percentile `q` of one latency with its interval

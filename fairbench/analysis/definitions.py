@@ -81,9 +81,7 @@ def _throughput_share(c: Cols, mask: np.ndarray | None) -> Value:
 def _late(c: Cols) -> np.ndarray:
     """Per request: its first response took over 10 × its class's TTFT SLO, or never came.
     Kept in the columns' memo: every group's starved share reads it (issue 35)."""
-    if ("late", b"") not in c._memo:
-        c._memo[("late", b"")] = _late_rows(c)
-    return c._memo[("late", b"")]  # type: ignore[no-any-return]
+    return c.memo("late", None, lambda: _late_rows(c))
 
 
 def _late_rows(c: Cols) -> np.ndarray:
@@ -119,11 +117,8 @@ def _isolation(c: Cols, mask: np.ndarray | None) -> Value:
 
 def _slowdowns(c: Cols, mask: np.ndarray | None) -> list[float]:
     """Each tenant's mean slowdown in the group, computed once for both figures that read it
-    (worst ratio, Jain's): kept in the columns' memo under the packed mask (exact)."""
-    key = ("slowdowns", b"" if mask is None else np.packbits(mask).tobytes())
-    if key not in c._memo:
-        c._memo[key] = _tenant_slowdowns(c, mask)
-    return list(c._memo[key])
+    (worst ratio, Jain's): kept in the columns' memo."""
+    return list(c.memo("tenant_slowdowns", mask, lambda: _tenant_slowdowns(c, mask)))
 
 
 def _tenant_slowdowns(c: Cols, mask: np.ndarray | None) -> list[float]:
@@ -151,10 +146,7 @@ def _jain_slowdown(c: Cols, mask: np.ndarray | None) -> Value:
 
 def _slowdown_cis(c: Cols, mask: np.ndarray | None) -> tuple[Interval, Interval]:
     """The group's slowdown intervals, computed once for both figures (the columns' memo)."""
-    key = ("slowdown_cis", 0 if mask is None else hash(np.packbits(mask).tobytes()))
-    if key not in c._memo:
-        c._memo[key] = slowdown_intervals(c, mask)
-    return c._memo[key]
+    return c.memo("slowdown_cis", mask, lambda: slowdown_intervals(c, mask))
 
 
 def _worst_slowdown_interval(c: Cols, mask: np.ndarray | None) -> Interval:
@@ -196,11 +188,12 @@ def _drift_windows(
 def _drift_of(c: Cols, mask: np.ndarray | None) -> Drift | None:
     """The group's drift, computed once for its value and its interval (kept in the columns'
     memo beside the observations)."""
-    key = ("ttft_p99_drift", 0 if mask is None else hash(np.packbits(mask).tobytes()))
-    if key not in c._memo:
+
+    def make() -> Drift | None:
         windows = _drift_windows(c, mask)
-        c._memo[key] = None if windows is None else drift(*windows, q=0.99)
-    return c._memo[key]
+        return None if windows is None else drift(*windows, q=0.99)
+
+    return c.memo("ttft_p99_drift", mask, make)
 
 
 def _ttft_p99_drift(c: Cols, mask: np.ndarray | None) -> Value:

@@ -156,10 +156,7 @@ def _leave_one_out(sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
 def slowdowns(c: Cols) -> np.ndarray:
     """Each request's E2E ÷ its E2E alone, made once per run (the columns' memo): every group's
     slowdown figures divide the same two columns (issue 35)."""
-    found = c._memo.get(("slowdowns", 0))
-    if found is None:
-        found = c._memo[("slowdowns", 0)] = c.e2e_t / c.unloaded
-    return found  # type: ignore[no-any-return]
+    return c.memo("slowdown_ratio", None, lambda: c.e2e_t / c.unloaded)
 
 
 def waiting_episodes(c: Cols) -> np.ndarray:
@@ -168,9 +165,10 @@ def waiting_episodes(c: Cols) -> np.ndarray:
     episode is a maximal stretch of overlapping waits [intended send, first response]. A
     request never answered waits until it was last seen. Computed once per run (the columns'
     memo): every group's figures read the same episodes."""
-    found = c._memo.get(("waiting_episodes", 0))
-    if found is not None:
-        return found
+    return c.memo("waiting_episodes", None, lambda: _episodes(c))
+
+
+def _episodes(c: Cols) -> np.ndarray:
     end = c.t + np.where(c.ttft_x, c.ttft_t, 0.0)
     order = np.argsort(c.t, kind="stable")
     start, stop = c.t[order], end[order]
@@ -178,7 +176,6 @@ def waiting_episodes(c: Cols) -> np.ndarray:
     new[1:] = start[1:] > np.maximum.accumulate(stop)[:-1]
     out = np.empty(len(start), dtype=np.int64)
     out[order] = np.cumsum(new) - 1
-    c._memo[("waiting_episodes", 0)] = out
     return out
 
 
