@@ -43,6 +43,25 @@ def test_backlogged_service_difference_by_hand() -> None:
     assert backlogged_service_difference(tl2).max == pytest.approx(13.5)
 
 
+def test_an_interval_may_end_just_before_a_jump() -> None:
+    """a and b both wait over [0, 4]; a's one request has no span and adds 10 at t=2, b's adds
+    10 spread over [1, 3]. D = S_a − S_b is 0 at 1, −5 just before 2, +5 at 2: over (2 − ε, 2]
+    a got 10 and b nearly nothing, so the figure is 10, not the 5 the values at the
+    breakpoints alone give (they miss D's left limit at the jump)."""
+    client = np.array(["a", "b", "a", "b"])
+    nan = np.nan
+    arrival, wait_end = np.array([0.0, 0.0, nan, nan]), np.array([4.0, 4.0, nan, nan])
+    start, end = np.array([0.0, 0.0, 2.0, 1.0]), np.array([4.0, 4.0, 2.0, 3.0])
+    cost = np.array([0.0, 0.0, 10.0, 10.0])
+    tl = build_timeline(client, {}, arrival, wait_end, start, end, cost)
+    sd = backlogged_service_difference(tl)
+    assert sd.max == pytest.approx(10.0) and sd.pair == ("a", "b")
+    assert tl.service_before(np.array([0, 0, 1]), np.array([2.0, 2.5, 2.0])) == pytest.approx(
+        [0.0, 10.0, 5.0]
+    )
+    assert tl.service_at(np.array([0, 1]), np.array([2.0, 2.0])) == pytest.approx([10.0, 5.0])
+
+
 def test_service_difference_ignores_time_when_one_tenant_wants_nothing() -> None:
     """a is served alone while b has nothing waiting: no unfairness, whatever a receives."""
     client = np.array(["a", "b"])

@@ -169,7 +169,9 @@ def _pieces(tl: Timeline, f: int, gs: np.ndarray) -> tuple[np.ndarray, ...]:
 
 def _ranges(tl: Timeline, f: int, g: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """max − min of D = S_f − S_g over each piece [lo, hi]: D is piecewise linear between the
-    two tenants' breakpoints, so its extremes lie at the ends or at a breakpoint inside."""
+    two tenants' breakpoints, so its extremes lie at the ends or at a breakpoint inside, on
+    either side of it: a request with no span jumps S at its end, and an interval may end just
+    before the jump (D(t−), read at every point but lo) or just after it (D(t))."""
     if not len(lo):
         return np.zeros(0)
     f_times = tl.times[tl.offsets[f] : tl.offsets[f + 1]]
@@ -183,7 +185,15 @@ def _ranges(tl: Timeline, f: int, g: np.ndarray, lo: np.ndarray, hi: np.ndarray)
     piece = np.arange(len(lo))
     which = np.concatenate([piece, piece, f_which, g_which])
     t = np.concatenate([lo, hi, f_times[fi], tl.times[gi]])
-    d = tl.service_at(np.full(len(t), f), t) - tl.service_at(g[which], t)
+    f_all, g_all = np.full(len(t), f), g[which]
+    inner = slice(len(lo), None)  # every point but lo: its left limit too
+    d = np.concatenate(
+        [
+            tl.service_at(f_all, t) - tl.service_at(g_all, t),
+            tl.service_before(f_all[inner], t[inner]) - tl.service_before(g_all[inner], t[inner]),
+        ]
+    )
+    which = np.concatenate([which, which[inner]])
     order = np.argsort(which, kind="stable")
     d, which = d[order], which[order]
     first = np.flatnonzero(np.concatenate([[True], which[1:] != which[:-1]]))

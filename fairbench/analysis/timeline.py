@@ -7,10 +7,10 @@ instead each tenant keeps only its own service breakpoints (the starts and ends 
 and its own merged backlog periods: O(n) in all, built with one sort (issue 33 item 3).
 
 S_i is piecewise linear between tenant i's breakpoints, plus a jump at the end of a request with
-no service span; it is right-continuous (its value at t counts a jump at t). Any (tenant, time)
-query is answered in O(log n), vectorized, through an integer key: tenant × (G + 1) + rank of the
-time among all the run's G distinct times + 1, which orders breakpoints by tenant then time
-without the precision a float offset would lose.
+no service span; it is right-continuous (its value at t counts a jump at t; `service_before`
+reads the left limit). Any (tenant, time) query is answered in O(log n), vectorized, through an
+integer key: tenant × (G + 1) + rank of the time among all the run's G distinct times + 1, which
+orders breakpoints by tenant then time without the precision a float offset would lose.
 """
 
 from __future__ import annotations
@@ -51,9 +51,21 @@ class Timeline:
 
     def service_at(self, tenant: np.ndarray, t: np.ndarray) -> np.ndarray:
         """S_tenant(t) for each pair, right-continuous; 0 before a tenant's first breakpoint."""
-        tenant = np.asarray(tenant, dtype=np.int64)
         t = np.asarray(t, dtype=np.float64)
-        idx = np.searchsorted(self.key, tenant * self.stride + self.rank(t), side="right") - 1
+        return self._service(tenant, t, self.rank(t))
+
+    def service_before(self, tenant: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """S_tenant(t−), the left limit: S_tenant(t) less a jump at t (a request with no span
+        ending at t). An interval may end just before a jump, so a supremum over intervals
+        must read both sides of it."""
+        t = np.asarray(t, dtype=np.float64)
+        return self._service(tenant, t, np.searchsorted(self.grid, t, side="left"))
+
+    def _service(self, tenant: np.ndarray, t: np.ndarray, rank: np.ndarray) -> np.ndarray:
+        """Continue the tenant's last breakpoint of rank ≤ `rank` linearly to t: the rank of t
+        itself (`rank`) reads S(t), the number of grid times below t reads S(t−)."""
+        tenant = np.asarray(tenant, dtype=np.int64)
+        idx = np.searchsorted(self.key, tenant * self.stride + rank, side="right") - 1
         mine = idx >= self.offsets[tenant]
         idx = np.maximum(idx, 0)
         if not len(self.times):
