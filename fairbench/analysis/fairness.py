@@ -247,8 +247,9 @@ def backlogged_service_difference(tl: Timeline) -> BackloggedDifference:
     scheduler keeps it small and bounded however long the run, while FIFO lets it grow with the
     length of any period in which a heavy tenant's backlog is served ahead of a light one's.
     Unlike the whole-run demand gap, it counts only time in which both tenants wanted service.
-    Within one both-backlogged period the difference D(t) is piecewise linear, so the largest
-    |D(t2) − D(t1)| is its range over the period's breakpoints.
+    Within one both-backlogged period the difference D(t) is piecewise linear with jumps (a
+    request with no span adds its cost at its end), so the largest |D(t2) − D(t1)| is its range
+    over the period's breakpoints, read on both sides of each.
 
     Exact, without trying every pair: tenants are taken by B (their service while backlogged),
     largest first, and the search stops at the first whose B cannot beat the best pair found;
