@@ -15,6 +15,8 @@ breakpoint exactly, on the run clock too: a disagreement is the code's, not roun
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -199,3 +201,35 @@ def test_one_tenant_and_disjoint_backlogs_read_no_value() -> None:
     sd = backlogged_service_difference(tl)
     assert sd.max is None and sd.pair is None and sd.both_backlogged_s == 0.0
     assert np.isnan(backlogged_jain(tl, 0.0, 10.0, 1.0)[1]).all()
+
+
+NO_QUEUE = """
+name: two-tenants-no-queue
+workloads:
+  chat: {endpoint: completions, prompt_tokens: 128, output_tokens: 32}
+tenants:
+  - {id: heavy, mix: chat, arrival: {process: poisson, rate: 200/s}}
+  - {id: light, mix: chat, arrival: {process: poisson, rate: 5/s}}
+run: {duration: 10s, warmup: 1s, cooldown: 1s, seed: 1}
+target: {kind: sim}
+scheduler: {policy: fifo, replicas: 2}
+"""
+
+
+def test_a_run_without_contention_says_so_beside_its_zero(tmp_path: Path) -> None:
+    """Bug fix: with no two tenants ever backlogged, summary.json's service difference read 0
+    with the maximum's reason, "the value is exact for this run", as if 0 had been measured
+    over backlogged intervals; its interval reason now says there were none."""
+    import yaml
+
+    from fairbench.analysis.fairness_ci import REASON_NO_CONTENTION
+    from fairbench.pipeline import run_scenario
+    from fairbench.run import RunOptions
+    from fairbench.workload.loading import parse_scenario
+
+    scn = parse_scenario(yaml.safe_load(NO_QUEUE))
+    summary = run_scenario(scn, RunOptions(out=tmp_path / "run")).summary
+    entry = summary["metrics"]["overall"]["service_difference"]
+    assert summary["fairness"]["service_difference"]["reason"] == "no contention"
+    assert entry["value"] == 0.0 and entry["ci_reason"] == REASON_NO_CONTENTION
+    assert summary["metrics"]["overall"]["jain_backlogged"]["value"] is None
