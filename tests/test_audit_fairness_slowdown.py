@@ -168,3 +168,31 @@ def test_slow_first_requests_stay_inside_the_interval() -> None:
     assert not worst_ci.declined
     assert worst_ci.low <= worst <= worst_ci.high, (worst, worst_ci)
     assert jain_ci.low <= jain <= jain_ci.high, (jain, jain_ci)
+
+
+def test_a_tenant_with_every_request_rejected_leaves_the_isolation_interval_alone() -> None:
+    """Bug fix: tenant 1 has a solo arm but every one of its requests in the mix was rejected:
+    it has no p99, so the worst tenant's isolation is tenant 0's, yet the interval took tenant
+    1 in and was declined as "the mix's p99 is only a lower bound". It is tenant 0's now, and
+    holds the printed figure."""
+    from fairbench.analysis.fairness_ci import isolation_interval, tenant_isolation_interval
+
+    rng = np.random.default_rng(0)
+    n = 4000
+    tenant = rng.integers(0, 2, n)
+    admitted = tenant == 0
+    c = Cols(
+        ok=admitted,
+        ttft_x=admitted,
+        ttft_t=rng.lognormal(0.0, 0.3, n) * 1e8,
+        ttft_o=np.ones(n, bool),
+        t=np.arange(n) * 1e8,
+        tenant=tenant,
+        solo_ttft=np.array([0.8e8, 0.8e8]),
+        solo_ttft_se=np.array([0.02, 0.02]),
+    )
+    value = figure("isolation", c, None)
+    got = isolation_interval(c)
+    assert not got.declined, got.reason
+    assert got == tenant_isolation_interval(c, 0)
+    assert got.low <= value <= got.high
