@@ -196,3 +196,18 @@ def test_a_tenant_with_every_request_rejected_leaves_the_isolation_interval_alon
     assert not got.declined, got.reason
     assert got == tenant_isolation_interval(c, 0)
     assert got.low <= value <= got.high
+
+
+def test_the_slowdown_methods_print_their_numbers() -> None:
+    """Bug fix: a group with one tenant (a class only one tenant sends) printed the bare
+    template 'batch means, {batches} of {batch} requests' as its method (ramp's golden). The
+    numbers now, and the first batch's size where it holds the n mod b first requests."""
+    rng = np.random.default_rng(1)
+    n = 1599
+    one, _ = slowdown_intervals(cols_for_interval(np.exp(rng.standard_normal(n)), np.zeros(n, int)))
+    assert one.declined and one.reason == "fewer than two tenants"
+    assert "{" not in one.method and "10 of 159 requests, the first of 168" in one.method
+    two, _ = slowdown_intervals(
+        cols_for_interval(np.exp(rng.standard_normal(1590)), rng.integers(0, 2, 1590))
+    )
+    assert "10 of 159 requests)" in two.method  # no remainder: every batch alike

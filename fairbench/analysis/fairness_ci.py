@@ -59,12 +59,12 @@ from fairbench.analysis.metrics import distinct, jain, nondecreasing
 
 CONFIDENCE = 0.95
 METHOD_SLOWDOWN_PAIR = (
-    "jackknife over time batches (batch means, {batches} of {batch} requests), t on log(mean "
-    "ratio), its image for max ÷ min and Jain"
+    "jackknife over time batches (batch means, {batches} of {batch} requests{first}), t on "
+    "log(mean ratio), its image for max ÷ min and Jain"
 )
 METHOD_SLOWDOWN_MANY = (
-    "jackknife over time batches (batch means, {batches} of {batch} requests), t on the figure "
-    "(delta method)"
+    "jackknife over time batches (batch means, {batches} of {batch} requests{first}), t on the "
+    "figure (delta method)"
 )
 METHOD_ISOLATION = (
     "log ratio of the mix's and the solo arm's p99 order-statistic intervals (delta method, "
@@ -123,7 +123,7 @@ def _slowdown_batches(c: Cols, mask: np.ndarray | None) -> tuple[np.ndarray, ...
         seconds = f", ≈ {need / rate:,.0f} s at this rate" if rate else ""
         return iv.declined(
             CONFIDENCE,
-            METHOD_SLOWDOWN_MANY.format(batches=dep.batches, batch=dep.batch),
+            _method(METHOD_SLOWDOWN_MANY, dep.batches, dep.batch, 0),
             f"run too short for its own correlation: {dep.batches} batches of {dep.batch} "
             f"requests, an interval needs ≥ {iv.MIN_BATCHES} (≥ {need:,} requests{seconds})",
         )
@@ -140,7 +140,15 @@ def _slowdown_batches(c: Cols, mask: np.ndarray | None) -> tuple[np.ndarray, ...
     np.add.at(counts, (batch_of, tenant), 1.0)
     present = counts.sum(axis=0) > 0
     codes = np.flatnonzero(present)
-    return sums[:, present], counts[:, present], np.array([dep.batch, dep.batches]), codes
+    shape = np.array([dep.batch, dep.batches, n - (dep.batches - 1) * dep.batch])
+    return sums[:, present], counts[:, present], shape, codes
+
+
+def _method(template: str, batches: int, batch: int, first: int) -> str:
+    """The slowdown interval's method with its batching: B of b requests, and the first
+    batch's size where it holds the n mod b first requests too."""
+    more = f", the first of {first:,}" if first > batch else ""
+    return template.format(batches=batches, batch=batch, first=more)
 
 
 BATCHES = 10  # the most batches the slowdown figures are cut into (see `_batching`)
@@ -252,17 +260,17 @@ def slowdown_intervals(c: Cols, mask: np.ndarray | None = None) -> tuple[iv.Inte
     got = _slowdown_batches(c, mask)
     if isinstance(got, iv.Interval):
         return got, got
-    sums, counts, (batch, batches), codes = got
+    sums, counts, (batch, batches, first), codes = got
     k = sums.shape[1]
-    if k < 2:
-        none = iv.declined(CONFIDENCE, METHOD_SLOWDOWN_MANY, "fewer than two tenants")
+    if k < 2:  # the method said with its numbers: the bare template was printed
+        method = _method(METHOD_SLOWDOWN_MANY, int(batches), int(batch), int(first))
+        none = iv.declined(CONFIDENCE, method, "fewer than two tenants")
         return none, none
     means = sums.sum(axis=0) / counts.sum(axis=0)
     loo = _leave_one_out(sums, counts)
     pair = k == 2
-    method = (METHOD_SLOWDOWN_PAIR if pair else METHOD_SLOWDOWN_MANY).format(
-        batches=int(batches), batch=int(batch)
-    )
+    template = METHOD_SLOWDOWN_PAIR if pair else METHOD_SLOWDOWN_MANY
+    method = _method(template, int(batches), int(batch), int(first))
     if not np.all(np.isfinite(loo)) or np.any(loo <= 0) or np.any(means <= 0):
         reason = "a tenant's requests lie in one batch: its mean has no spread to read"
         return iv.declined(CONFIDENCE, method, reason), iv.declined(CONFIDENCE, method, reason)
