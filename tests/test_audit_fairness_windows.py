@@ -78,7 +78,9 @@ def oracle_vtc(
 
 
 def random_run(seed: int, tenants: int, n: int, step: float) -> tuple[np.ndarray, ...]:
-    """Times on a grid of `step` seconds over ~20 s (coarse: many ties), spans 0–3 s."""
+    """Times on a grid of `step` seconds over ~20 s (coarse: many ties), spans 0–3 s; steps
+    are binary fractions, so the run clock (1.7e9 s) holds every time exactly and a request
+    ending on a window's edge stays on it."""
     rng = np.random.default_rng(seed)
     client = rng.integers(0, tenants, n).astype(str)
     arrival = np.sort(rng.integers(0, int(20 / step), n)) * step
@@ -93,7 +95,7 @@ def random_run(seed: int, tenants: int, n: int, step: float) -> tuple[np.ndarray
     seed=st.integers(0, 100_000),
     tenants=st.integers(1, 4),
     n=st.integers(1, 40),
-    step=st.sampled_from([0.01, 0.5, 1.0]),
+    step=st.sampled_from([1 / 64, 0.5, 1.0]),
     never_served=st.booleans(),
     offset=st.sampled_from([0.0, 1.7e9]),
 )
@@ -142,7 +144,7 @@ def test_a_no_span_request_on_the_run_clock_counts_once() -> None:
     seed=st.integers(0, 100_000),
     tenants=st.integers(1, 4),
     n=st.integers(1, 40),
-    step=st.sampled_from([0.01, 0.5, 1.0]),
+    step=st.sampled_from([1 / 64, 0.5, 1.0]),
     warm=st.sampled_from([(0.0, 2.0, 0.0), (1.0, 3.0, 1.0)]),
 )
 def test_vtc_service_difference_equals_its_definition(
