@@ -147,7 +147,7 @@ def _slowdown_batches(c: Cols, mask: np.ndarray | None) -> tuple[np.ndarray, ...
 def _method(template: str, batches: int, batch: int, first: int) -> str:
     """The slowdown interval's method with its batching: B of b requests, and the first
     batch's size where it holds the n mod b first requests too."""
-    more = f", the first of {first:,}" if first > batch else ""
+    more = f", the first of {first}" if first > batch else ""
     return template.format(batches=batches, batch=batch, first=more)
 
 
