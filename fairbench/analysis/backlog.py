@@ -45,6 +45,8 @@ def _waits(df: pd.DataFrame, timeout_s: float | None) -> tuple[np.ndarray, np.nd
         backlog = passed = np.full(len(df), np.nan)
     known = np.isfinite(backlog)
     sent = np.where(np.isnan(col("t_sent_ns")), arrival, col("t_sent_ns"))
+    # a rejected request never waited: NaN at both ends (its start read its arrival)
     start = np.where(known, np.where(backlog > 0, sent + passed, np.nan), arrival)
+    start[~known & ~admitted] = np.nan
     end = np.where(known, np.where(backlog > 0, sent + passed + backlog, np.nan), proxy_end)
     return start, end, known

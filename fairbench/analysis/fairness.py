@@ -103,17 +103,29 @@ def windowed_jain(
     window_s: float,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Jain's index of weighted service per window (start times, values), over clients active in
-    the window. Bursty load can look fair in short windows and unfair over the run, or the
-    reverse: report both this series and the whole-run index."""
+    the window (served something in it). Bursty load can look fair in short windows and unfair
+    over the run, or the reverse: report both this series and the whole-run index.
+
+    Each window is [lo, lo + window_s); a request's cost is spread uniformly over [start, end],
+    one with no span counts whole in the window holding its end, and one never served (NaN
+    start or end: censored, rejected) or costing nothing serves nothing. Why the explicit mask:
+    a NaN spread into a tenant's sum dropped that tenant from every window, and so did a
+    no-span request on absolute clock times, where end + 1e-9 rounds back to end (0 / 0)."""
     edges = np.arange(t0, t1, window_s)
     names, code = np.unique(np.asarray(client), return_inverse=True)  # once, not per window
     weight = np.array([weights.get(str(n), 1.0) for n in names])
-    end = np.maximum(end_s, start_s + 1e-9)
+    serves = (cost > 0) & np.isfinite(start_s) & np.isfinite(end_s)
+    code, start, end, cost = code[serves], start_s[serves], end_s[serves], cost[serves]
+    spread = end > start
     values = []
     for lo in edges:
-        got = np.bincount(
-            code, _service_in(start_s, end, cost, lo, lo + window_s), minlength=len(names)
+        hi = lo + window_s
+        part = np.where(
+            spread,
+            _service_in(start, np.where(spread, end, start + 1.0), cost, lo, hi),
+            np.where((end >= lo) & (end < hi), cost, 0.0),
         )
+        got = np.bincount(code, part, minlength=len(names))
         active = got > 0
         values.append(jain(got[active] / weight[active]) if active.any() else np.nan)
     return edges, np.array(values)

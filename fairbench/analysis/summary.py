@@ -478,7 +478,8 @@ def _build_summary(
             "jain_backlogged": jw["mean"],
             "jain_backlogged_min": jw["min"],
         }
-    cis: dict[str, Any] = {"service_difference": service_difference_interval().fields()}
+    contended = bool(timeline) and summary["fairness"]["service_difference"]["reason"] is None
+    cis: dict[str, Any] = {"service_difference": service_difference_interval(contended).fields()}
     if len(df) and jw["mean_ci"]:
         cis["jain_backlogged"] = jw["mean_ci"]
     summary["metrics"] = metrics_block(cols, names, timeline, cis)
