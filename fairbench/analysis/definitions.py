@@ -358,7 +358,7 @@ METRICS: tuple[Metric, ...] = (
         "ratio",
         "lower",
         "a tenant's TTFT p99 in the mix ÷ its TTFT p99 when the same plan runs with only that "
-        "tenant (the solo arm); for the overall figure and classes, the worst tenant's. "
+        "tenant (the solo arm); for the overall figure, the worst tenant's. "
         "Reported with the absolute difference (`fairness.isolation_detail`): not flagged when "
         "both sides meet the tenant's TTFT SLO or differ by under 10 ms (a ratio of small "
         "numbers is no interference anyone feels)",

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fairbench.analysis import frame_memo
+from fairbench.analysis import censored, frame_memo
 from fairbench.analysis import metrics as m
 
 MAX_POINTS = 400
@@ -271,19 +271,28 @@ def queue_depth(df: pd.DataFrame, step_s: float = 1.0) -> dict[str, list[float]]
 
 
 def worst_slowdown_windows(
-    df: pd.DataFrame, unloaded_ns: np.ndarray, window_s: float
+    df: pd.DataFrame,
+    unloaded_ns: np.ndarray,
+    window_s: float,
+    start_s: float | None = None,
+    timeout_s: float | None = None,
 ) -> tuple[list[float], list[float]]:
-    """Per window (by intended time): slowest tenant's mean slowdown ÷ fastest tenant's, where a
-    request's slowdown is its E2E ÷ its unloaded latency. Window starts on the run clock
-    (seconds since t0), from the first intended send: the grid of the summary's windowed Jain."""
-    ok = (df["status"] == "ok").to_numpy()
+    """Per window (by intended time) the summary's worst_slowdown_ratio read over that window's
+    requests: the slowest tenant's mean slowdown ÷ the fastest tenant's, a request's slowdown
+    its E2E ÷ its unloaded latency, over the admitted requests (one that never finished counts
+    to when it was last seen, as in the figure: the starved tenant's windows are the ones that
+    matter). Window starts on the run clock (seconds since t0) from `start_s`, the summary's
+    windowed Jain's grid, or else from the first intended send."""
+    e2e = censored.e2e_rows(df, timeout_s)
     t = df["t_intended_ns"].to_numpy(float) / 1e9
-    slow = m.e2e_ns(df) / unloaded_ns
+    with np.errstate(invalid="ignore", divide="ignore"):
+        slow = e2e.time / unloaded_ns
     # tenants as codes: a window's tenants and their rows without a string compare per row
     codes, _ = pd.factorize(df["tenant"].to_numpy())
-    usable = ok & np.isfinite(slow)
+    usable = e2e.eligible & np.isfinite(slow)
     starts, values = [], []
-    for lo in np.arange(t.min(), t.max(), window_s) if len(t) else []:
+    first = (float(t.min()) if start_s is None else float(start_s)) if len(t) else 0.0
+    for lo in np.arange(first, t.max(), window_s) if len(t) else []:
         sel = usable & (t >= lo) & (t < lo + window_s)
         means = [slow[sel & (codes == x)].mean() for x in np.unique(codes[sel]).tolist()]
         starts.append(float(lo))

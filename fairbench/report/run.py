@@ -232,6 +232,7 @@ REPORT_COLUMNS = (
     "status",
     "t_intended_ns",
     "t_sent_ns",
+    "t_first_byte_ns",  # with t_end_ns: when an unfinished request was last seen (censored)
     "t_first_token_ns",
     "t_last_token_ns",
     "t_done_ns",
@@ -240,6 +241,7 @@ REPORT_COLUMNS = (
     "output_tokens",
     "queue_time_ns",
     "rx_delay_ns",
+    "t_end_ns",
 )
 
 
@@ -286,7 +288,8 @@ def run_report(run_dir: Path) -> tuple[str, str]:
     server = pd.read_parquet(metrics_path) if metrics_path.is_file() else None
     slos = {k: v for k, v in scenario.get("slo_classes", {}).items()}
     weights = {tn["id"]: tn.get("weight", 1.0) for tn in scenario["tenants"]}
-    unloaded, _ = unloaded_ns(window, parse_scenario(scenario))
+    scn = parse_scenario(scenario)
+    unloaded, _ = unloaded_ns(window, scn)
     colors = Colors.of_runs([scenario], [df])
     counts = window_counts(df, span)
     target = header.get("target", {})
@@ -307,7 +310,9 @@ def run_report(run_dir: Path) -> tuple[str, str]:
         "<h2>Queues and fairness over time</h2>",
         *figures.queue_depth(df, server, span, t_end),
         *figures.service_shares(window, weights, span, colors),
-        *figures.jain_and_slowdown_windows(window, summary.get("fairness", {}), unloaded),
+        *figures.jain_and_slowdown_windows(
+            window, summary.get("fairness", {}), unloaded, scn.run.timeout
+        ),
         *figures.attainment_and_goodput(summary, colors),
         *figures.events(df, server, span, t_end),
         *figures.send_lag(df, summary["generator_health"], span, t_end),
