@@ -345,14 +345,14 @@ def min_n_two_sided(q: float, confidence: float) -> int:
 
 
 def needed_n(q: float, confidence: float, dep: Dependence = IID) -> int:
-    """The smallest n at which the upper end of the q-quantile's interval is bounded: the exact
-    binomial's, or for a dependent series the n with n·q + t·√(n·q(1−q)·τ) + 1 ≤ n."""
+    """The smallest n bounding the q-quantile's upper end: the exact binomial's, or for a
+    dependent series n·q + ½ + t·√(n·q(1−q)·τ) ≤ n, `_dependent_ranks`' (+ 1 overstated n)."""
     exact = min_n_two_sided(q, confidence)
     if dep.factor <= 1.0:
         return exact
     crit = float(sps.t.ppf(1 - (1 - confidence) / 2, dep.degrees))
     b = crit * math.sqrt(q * (1 - q) * dep.factor)
-    root = (b + math.sqrt(b * b + 4 * (1 - q))) / (2 * (1 - q))
+    root = (b + math.sqrt(b * b + 2 * (1 - q))) / (2 * (1 - q))
     return max(exact, math.ceil(root * root))
 
 
