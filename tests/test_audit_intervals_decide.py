@@ -158,3 +158,22 @@ def test_the_noise_band_is_the_t_prediction_interval_on_logs(
     assert math.isclose(math.log(centre), x.mean(), abs_tol=1e-9)
     assert math.isclose(math.log(low), x.mean() - half, abs_tol=1e-9)
     assert math.isclose(math.log(high), x.mean() + half, abs_tol=1e-9)
+
+
+@settings(deadline=None, max_examples=60)
+@given(
+    sd=st.floats(0.01, 0.5),
+    change=st.sampled_from([0.02, 0.05, -0.05, 0.1, 0.3, -0.3]),
+    confidence=st.sampled_from([0.9, 0.95]),
+)
+def test_pairs_needed_is_the_least_n_every_n_tried(
+    sd: float, change: float, confidence: float
+) -> None:
+    """Oracle: power(n) at every n from 2 up; pairs_needed starts its search near the normal
+    approximation, so it must not skip a smaller n that already has the power."""
+    from fairbench.decide import power as pw
+
+    need = pw.pairs_needed(sd, change, confidence)
+    assert need is not None
+    first = next(n for n in range(2, need + 1) if pw.power(n, sd, change, confidence) >= pw.POWER)
+    assert first == need

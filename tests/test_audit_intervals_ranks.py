@@ -139,3 +139,62 @@ def test_an_interval_never_narrows_below_its_integer_ranks(n: int, q: float, see
         assert it.low <= x[min(lo, n - 1)]  # at most the next order statistic up
     else:
         assert it.low == 0.0
+
+
+@settings(deadline=None, max_examples=60)
+@given(
+    r=st.lists(st.floats(-0.95, 0.95), min_size=1, max_size=6),
+    q=st.sampled_from([0.5, 0.9, 0.99]) | st.floats(0.05, 0.95),
+)
+def test_the_copula_factor_is_the_bivariate_normal_sum(r: list[float], q: float) -> None:
+    """Oracle: each lag's indicator correlation from scipy's bivariate normal CDF (not Owen's
+    T), summed with Bartlett weights, floored at 1; only read when r_1 > 2.5/√n."""
+    n = 10_000
+    acf = np.array(r)
+    got = iv.copula_factor(acf, n, q)
+    if acf[0] <= 2.5 / math.sqrt(n):
+        assert got == 1.0
+        return
+    h = float(sps.norm.ppf(q))
+    rho = [
+        (sps.multivariate_normal([0, 0], [[1, rk], [rk, 1]]).cdf([h, h]) - q * q) / (q * (1 - q))
+        for rk in acf
+    ]
+    weights = 1 - np.arange(1, len(acf) + 1) / (len(acf) + 1)
+    want = max(1.0, 1 + 2 * float(np.dot(weights, rho)))
+    assert math.isclose(got, want, rel_tol=1e-4, abs_tol=1e-4)
+
+
+@settings(deadline=None, max_examples=60)
+@given(
+    values=st.lists(st.floats(0.0, 1.0), min_size=0, max_size=29),
+    confidence=st.sampled_from([0.9, 0.95]),
+)
+def test_a_short_window_series_gets_the_student_t_interval_or_declines(
+    values: list[float], confidence: float
+) -> None:
+    """Fewer than 30 windows: Student's t over the windows, clipped to the bounds; fewer than
+    5 decline with the number that would do."""
+    x = np.array(values)
+    it = iv.window_mean_interval(x, confidence, bounds=(0.0, 1.0))
+    if len(x) < iv.MIN_WINDOWS:
+        assert it.declined and it.reason and f"needs ≥ {iv.MIN_WINDOWS}" in it.reason
+        return
+    half = 0.0
+    if float(np.ptp(x)) > 0:
+        half = sps.t.ppf(0.5 + confidence / 2, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x))
+    assert math.isclose(it.low, max(0.0, x.mean() - half), abs_tol=1e-12)
+    assert math.isclose(it.high, min(1.0, x.mean() + half), abs_tol=1e-12)
+
+
+@settings(deadline=None, max_examples=100)
+@given(n=st.integers(1, 500), data=st.data(), confidence=st.sampled_from([0.9, 0.95, 0.99]))
+def test_wilson_is_the_score_interval(n: int, data: st.DataObject, confidence: float) -> None:
+    """Oracle: the roots in p of (p̂ − p)² = z² p (1 − p) / n, by the quadratic formula."""
+    k = data.draw(st.integers(0, n))
+    low, high = iv.wilson(k, n, confidence)
+    z2 = float(sps.norm.ppf(0.5 + confidence / 2)) ** 2
+    a, b, c = 1 + z2 / n, -(2 * k / n + z2 / n), (k / n) ** 2
+    disc = math.sqrt(max(b * b - 4 * a * c, 0.0))
+    assert math.isclose(low, max(0.0, (-b - disc) / (2 * a)), abs_tol=1e-12)
+    assert math.isclose(high, min(1.0, (-b + disc) / (2 * a)), abs_tol=1e-12)
