@@ -176,3 +176,35 @@ def test_the_widened_interval_names_its_method_and_the_uncensored_one_is_unchang
     cut = censored.quantile_estimate(censored.Observations(x, seen), 0.99)
     assert cut.interval is not None and cut.interval.method.startswith(iv.METHOD_KM)
     assert censored.METHOD_KM_RANKS in cut.interval.method
+
+
+@settings(deadline=None, max_examples=100)
+@given(values=st.lists(st.integers(0, 5).map(float) | st.floats(0, 100), max_size=40))
+def test_average_ranks_are_rankdatas_with_ties(values: list[float]) -> None:
+    """The summary's ranks from its own argsort equal scipy's average ranks, any tie order."""
+    x = np.array(values, dtype=float)
+    order = np.argsort(x, kind="stable")
+    got = censored.average_ranks(x[order], order)
+    assert np.array_equal(got, sps.rankdata(x, method="average")) or len(x) == 0
+
+
+@settings(deadline=None, max_examples=60)
+@given(
+    values=st.lists(st.floats(0, 100), min_size=2, max_size=60),
+    max_lag=st.integers(1, 20),
+)
+def test_normal_scores_acf_is_the_plain_sum(values: list[float], max_lag: int) -> None:
+    """Oracle: r_k = Σ (z_t − z̄)(z_{t+k} − z̄) / Σ (z_t − z̄)² over the normal scores of the
+    average ranks, by a loop over lags (the FFT must not wrap a lag around)."""
+    x = np.array(values)
+    got = iv.normal_scores_acf(x, max_lag)
+    n = len(x)
+    lag = min(max_lag, n - 1)
+    z = sps.norm.ppf(sps.rankdata(x, method="average") / (n + 1))
+    d = z - z.mean()
+    denom = float(d @ d)
+    if denom <= 0:
+        assert np.all(got == 0)
+        return
+    want = [float(d[:-k] @ d[k:]) / denom for k in range(1, lag + 1)]
+    assert np.allclose(got, want, atol=1e-9)
