@@ -208,3 +208,29 @@ def test_normal_scores_acf_is_the_plain_sum(values: list[float], max_lag: int) -
         return
     want = [float(d[:-k] @ d[k:]) / denom for k in range(1, lag + 1)]
     assert np.allclose(got, want, atol=1e-9)
+
+
+@settings(deadline=None, max_examples=60)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    unfinished=st.integers(0, 3),
+    timed=st.booleans(),
+)
+def test_a_p99_of_50_requests_never_gets_an_upper_end(
+    seed: int, unfinished: int, timed: bool
+) -> None:
+    """n = 50 per tenant is common, and 50 values cannot bound p99 from above (that needs 368):
+    uncensored, censored (then a lower bound) or with send times, the upper end is ∞ or the
+    interval is declined, and the reason says which."""
+    rng = np.random.default_rng(seed)
+    x = rng.lognormal(size=50)
+    seen = np.ones(50, dtype=bool)
+    seen[rng.choice(50, unfinished, replace=False)] = False
+    t = np.arange(50, dtype=float) * 1e8 if timed else None
+    est = censored.quantile_estimate(censored.Observations(x, seen, t), 0.99)
+    it = est.interval
+    assert it is not None and it.reason
+    assert it.declined or math.isinf(est.high)
+    assert est.bound == (unfinished > 0)
+    if not it.declined and not est.bound:
+        assert "needs n ≥ 368" in it.reason
