@@ -46,7 +46,7 @@ Kaplan–Meier analogue: Greenwood's variance of F (scaled by the same dependenc
 inverted at q (Brookmeyer–Crowley). An upper end that Greenwood cannot reach is unbounded, as
 above; a quantile that falls in censored mass is a lower bound, `[bound, ∞)`.
 
-**Shares** (SLO attainment, rejected share): Wilson's score interval on n / τ, τ = σ²∞/(p(1−p)).
+**Shares** (SLO attainment, rejected share): Wilson's interval on n / τ, τ = σ²∞/(p(1−p)), t(ν).
 
 Every result says its method, its confidence and, where it declines or is one-sided, why.
 Coverage is measured (`benchmarks/bench_calibration.py`, `tests/test_interval_calibration.py`).
@@ -252,11 +252,7 @@ def copula_lags(n: int, dep: Dependence) -> int:
 
 
 def with_factor(
-    dep: Dependence,
-    factor: float,
-    df: float | None = None,
-    clusters: int | None = None,
-    n: int = 0,
+    dep: Dependence, factor: float, df: float | None = None, clusters: int | None = None, n: int = 0
 ) -> Dependence:
     return Dependence(dep.batch, dep.batches, factor, dep.rate_per_s, df, clusters, n)
 
@@ -345,14 +341,14 @@ def min_n_two_sided(q: float, confidence: float) -> int:
 
 
 def needed_n(q: float, confidence: float, dep: Dependence = IID) -> int:
-    """The smallest n at which the upper end of the q-quantile's interval is bounded: the exact
-    binomial's, or for a dependent series the n with n·q + t·√(n·q(1−q)·τ) + 1 ≤ n."""
+    """The smallest n bounding the q-quantile's upper end: the exact binomial's, or for a
+    dependent series n·q + ½ + t·√(n·q(1−q)·τ) ≤ n, `_dependent_ranks`' (+ 1 overstated n)."""
     exact = min_n_two_sided(q, confidence)
     if dep.factor <= 1.0:
         return exact
     crit = float(sps.t.ppf(1 - (1 - confidence) / 2, dep.degrees))
     b = crit * math.sqrt(q * (1 - q) * dep.factor)
-    root = (b + math.sqrt(b * b + 4 * (1 - q))) / (2 * (1 - q))
+    root = (b + math.sqrt(b * b + 2 * (1 - q))) / (2 * (1 - q))
     return max(exact, math.ceil(root * root))
 
 
@@ -527,8 +523,10 @@ def wilson(successes: float, n: float, confidence: float = 0.95) -> tuple[float,
 def share_interval(
     indicator_in_time_order: np.ndarray, confidence: float = 0.95, dep: Dependence | None = None
 ) -> Interval:
-    """Wilson's interval of a share on the effective sample size n / τ (τ from the indicator's
-    own long-run variance in time order)."""
+    """Wilson's interval of a share on n / τ (τ from the indicator's long-run variance in time
+    order), z Student t's at the batch means' effective df where τ counts (as the percentiles'
+    ranks: τ̂ from 10–30 batch means is noisy and low; with z a Markov chain's share at 0.98,
+    τ = 19, n = 5,000, covered 91.0% of 300 runs, at 0.95, τ = 9, n = 1,000, 85.7%)."""
     x = np.asarray(indicator_in_time_order, dtype=bool)
     n = len(x)
     if n == 0:
@@ -537,10 +535,12 @@ def share_interval(
     factor = long_run_factor(x, dep)
     if factor > 1.0 and not dep.enough:
         return declined(confidence, METHOD_WILSON, _too_short(dep))
-    method = METHOD_WILSON
+    method, level = METHOD_WILSON, confidence
     if factor > 1.0:
-        method = f"{METHOD_WILSON} on n / {factor:.2f} (batch means)"
-    low, high = wilson(float(x.sum()) / factor, n / factor, confidence)
+        nu = with_factor(dep, factor, df=batch_means_df(x, dep)).degrees
+        method = f"{METHOD_WILSON} (t, {nu:.1f} df: batch means) on n / {factor:.2f} (batch means)"
+        level = 2 * float(sps.norm.cdf(sps.t.ppf(0.5 + confidence / 2, nu))) - 1  # z = t(ν)
+    low, high = wilson(float(x.sum()) / factor, n / factor, level)
     return Interval(low, high, confidence, method)
 
 

@@ -272,6 +272,14 @@ def _group_size(name: Name, c: Cols, names: dict[str, list[str]]) -> int:
     return len(c) if mask is None else int(np.count_nonzero(mask))
 
 
+def _no_spread(diffs: np.ndarray) -> bool:
+    """Every pair's change the same, and not 0. Why: the t interval over the pairs is then
+    [m, m] with p = 0, a verdict without any noise seen (two copies of one deterministic pair
+    called a timeline figure `worse` at [+50%, +50%]); the gate refuses identical baseline
+    runs for the same reason. Identical zeros stay `no significant change`."""
+    return bool(np.all(np.isfinite(diffs))) and float(np.ptp(diffs)) == 0.0 and diffs[0] != 0
+
+
 def _t_interval(diffs: np.ndarray, confidence: float) -> tuple[float, float, float]:
     k = len(diffs)
     mean, sd = float(diffs.mean()), float(diffs.std(ddof=1))
@@ -391,6 +399,13 @@ def compare_pairs(
                     "per arm, over its runs); run longer, at a higher rate or more seeds"
                 )
                 continue
+        only_t = draws is None or name not in resampled or a_bound or b_bound
+        if k >= 2 and only_t and _no_spread(diffs):
+            verdict.reason = (
+                f"the {k} pairs' changes are identical (repeats of one seed on a deterministic "
+                "target?): they show no run-to-run noise; compare pairs of other seeds"
+            )
+            continue
         if k == 1 and not deterministic and (a_bound or b_bound):
             verdict.verdict = "inconclusive"
             verdict.reason = (
