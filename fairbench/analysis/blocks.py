@@ -152,7 +152,7 @@ def drift_block(df: pd.DataFrame, window_s: float, step_s: float) -> dict[str, A
             "relative": None if not math.isfinite(found.value) else float(found.value),
             "lower_bound": found.lower_bound,
             **fields,
-            "trend_tau": tau,
+            "trend_tau": tau if math.isfinite(tau) else None,  # under 3 windows: none, not NaN
             "trend_p": None if not math.isfinite(found.p_value) else found.p_value,
             "trend_method": "two-sided z test of the drift's log ratio (the interval's statistic)",
         }

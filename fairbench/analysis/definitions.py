@@ -247,7 +247,9 @@ def _latency(name: str, which: str, q: float, what: str, headline: bool = False)
 
 _WILSON_CI = (
     "95%: Wilson score on the effective sample size n / τ, τ from batch means of the share's "
-    "indicator in time order (1 unless serial correlation is significant)"
+    "indicator in time order (1 unless serial correlation is significant); where τ counts, "
+    "Student t at the batch means' effective df in place of z (τ̂ from 10-30 batch means is "
+    "noisy and low)"
 )
 _TTFT = "t_first_token (or the whole response, if it streams none) − t_intended"
 _E2E = "t_done − t_intended"
