@@ -189,12 +189,13 @@ def test_a_short_window_series_gets_the_student_t_interval_or_declines(
 
 @settings(deadline=None, max_examples=100)
 @given(n=st.integers(1, 500), data=st.data(), confidence=st.sampled_from([0.9, 0.95, 0.99]))
-def test_wilson_is_the_score_interval(n: int, data: st.DataObject, confidence: float) -> None:
-    """Oracle: the roots in p of (p̂ − p)² = z² p (1 − p) / n, by the quadratic formula."""
+def test_clopper_pearson_is_the_exact_binomial(
+    n: int, data: st.DataObject, confidence: float
+) -> None:
+    """Oracle: the ends are where the binomial tails reach α/2, P(X ≥ k | low) = α/2 and
+    P(X ≤ k | high) = α/2 (0 and 1 at k = 0 and k = n)."""
     k = data.draw(st.integers(0, n))
-    low, high = iv.wilson(k, n, confidence)
-    z2 = float(sps.norm.ppf(0.5 + confidence / 2)) ** 2
-    a, b, c = 1 + z2 / n, -(2 * k / n + z2 / n), (k / n) ** 2
-    disc = math.sqrt(max(b * b - 4 * a * c, 0.0))
-    assert math.isclose(low, max(0.0, (-b - disc) / (2 * a)), abs_tol=1e-12)
-    assert math.isclose(high, min(1.0, (-b + disc) / (2 * a)), abs_tol=1e-12)
+    low, high = iv.clopper_pearson(k, n, confidence)
+    a = (1 - confidence) / 2
+    assert low == 0.0 if k == 0 else math.isclose(sps.binom.sf(k - 1, n, low), a, rel_tol=1e-6)
+    assert high == 1.0 if k == n else math.isclose(sps.binom.cdf(k, n, high), a, rel_tol=1e-6)

@@ -245,11 +245,11 @@ def _latency(name: str, which: str, q: float, what: str, headline: bool = False)
     )
 
 
-_WILSON_CI = (
-    "95%: Wilson score on the effective sample size n / τ, τ from batch means of the share's "
-    "indicator in time order (1 unless serial correlation is significant); where τ counts, "
-    "Student t at the batch means' effective df in place of z (τ̂ from 10-30 batch means is "
-    "noisy and low)"
+_SHARE_CI = (
+    "95%: Clopper–Pearson (exact binomial: at least 95% at every share) on the effective "
+    "sample size n / τ, τ from batch means of the share's indicator in time order (1 unless "
+    "serial correlation is significant); where τ counts, at the level of Student t at the "
+    "batch means' effective df in place of z (τ̂ from 10-30 batch means is noisy and low)"
 )
 _TTFT = "t_first_token (or the whole response, if it streams none) − t_intended"
 _E2E = "t_done − t_intended"
@@ -274,7 +274,7 @@ METRICS: tuple[Metric, ...] = (
         0.01,
         absolute=True,
         headline=True,
-        ci=_WILSON_CI,
+        ci=_SHARE_CI,
         compute=_share("met"),
         share_of=_everyone,
         indicator=_column("met"),
@@ -320,7 +320,7 @@ METRICS: tuple[Metric, ...] = (
         _ALL,
         0.01,
         absolute=True,
-        ci=_WILSON_CI,
+        ci=_SHARE_CI,
         compute=_share("rejected"),
         share_of=_everyone,
         indicator=_column("rejected"),
@@ -334,7 +334,7 @@ METRICS: tuple[Metric, ...] = (
         _ALL,
         0.01,
         absolute=True,
-        ci=_WILSON_CI,
+        ci=_SHARE_CI,
         compute=_share("unfinished"),
         share_of=_everyone,
         indicator=_column("unfinished"),
@@ -350,7 +350,7 @@ METRICS: tuple[Metric, ...] = (
         0.01,
         absolute=True,
         headline=True,
-        ci=_WILSON_CI,
+        ci=_SHARE_CI,
         compute=_starved,
         share_of=_with_ttft_slo,
         indicator=_late,

@@ -42,7 +42,7 @@ class Metric:
     compute: Compute | None = None  # request-level figures; None for timeline figures
     scale: float = 1.0  # summary unit per computed unit (ns → ms: 1e-6)
     latency: tuple[str, float] | None = None  # a percentile: (which latency, q)
-    share_of: Callable[[Cols], np.ndarray] | None = None  # a share's population (Wilson CI)
+    share_of: Callable[[Cols], np.ndarray] | None = None  # a share's population (its CI)
     indicator: Callable[[Cols], np.ndarray] | None = None  # a share's 0/1 per request
     interval: Callable[[Cols, np.ndarray | None], Interval] | None = None  # any other figure's
 

@@ -53,8 +53,8 @@ INTERVALS = [
     "correlation or declined where the run is too short for it: the value itself bounds only "
     "the run's own percentile (12 of 1,000 i.i.d. requests unfinished: `[value, ∞)` covered "
     "the true p99 in 58.5% of 400 samples, `[T_(l), ∞)` in 94.2%).",
-    "- **Shares** (SLO attainment, rejected, unfinished, starved): Wilson on n / τ, with "
-    "Student t at the batch means' effective df in place of z where τ counts.",
+    "- **Shares** (SLO attainment, rejected, unfinished, starved): Clopper–Pearson (exact "
+    "binomial) on n / τ, at Student t's level at the batch means' effective df where τ counts.",
     "- **Drift**: log ratio of the last and first windows' percentiles, each window's standard "
     "error from its own interval; the p-value (`trend_p`) is the same statistic's, so the test "
     "and the interval always agree.",
