@@ -34,8 +34,8 @@ and never more than the exceedances' bursts give (`cluster_df`, the same formula
 of the Ferro–Segers bursts): a tail made by a few very large bursts is known from those few.
 Where the tail clusters beyond what the copula implies (a queue's bursts), a tail rarer than
 p95 takes at least the p95 indicator's τ: its own rests on n/100 exceedances and follows the
-run's own percentile, so a quiet run measured a small τ. When a run has fewer than 10 batches
-of that length, or its exceedances come in fewer than 5 independent bursts (Ferro–Segers
+run's own percentile, so a quiet run measured a small τ. When a correlated run (τ > 1) has
+fewer than 10 batches of that length, or its exceedances come in fewer than 5 bursts (Ferro–Segers
 declustering: `exceedance_clusters`), it cannot support a statement about its own noise: the
 interval is declined, with the number of requests (and, where the rate is known, the duration)
 that would do. Measured: the calibration queue's p99 at 9/s per tenant covered 83% of 60 seeds
