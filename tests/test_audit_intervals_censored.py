@@ -167,6 +167,23 @@ def test_light_censoring_near_the_top_keeps_the_kaplan_meier_interval_at_its_lev
         assert covered >= floor, (n, q, covered, floor)
 
 
+def test_the_kaplan_meier_lower_end_is_no_higher_than_the_uncensored_ranks_give() -> None:
+    """One request censored at the sample maximum leaves F below it exactly the empirical
+    CDF, so the ranks' lower end read on F must not sit above the uncensored interval's:
+    `percentile_interval` interpolates between X_(⌊l⌋) and X_(⌈l⌉), and reading X_(⌈l⌉) put
+    p50's lower end above it in 300 of 300 samples at n = 100 (0.642 against 0.637; review
+    of 9e4ece2)."""
+    rng = np.random.default_rng(4)
+    for n in (50, 100):
+        for _ in range(100):
+            x = rng.exponential(1.0, n)
+            seen = np.ones(n, dtype=bool)
+            plain = censored.quantile_estimate(censored.Observations(x, seen), 0.5)
+            seen[int(np.argmax(x))] = False
+            cut = censored.quantile_estimate(censored.Observations(x, seen), 0.5)
+            assert cut.low <= plain.low + 1e-12, (n, cut.low, plain.low)
+
+
 def test_the_widened_interval_names_its_method_and_the_uncensored_one_is_unchanged() -> None:
     x = np.random.default_rng(3).exponential(1.0, 100)
     seen = np.ones(100, dtype=bool)

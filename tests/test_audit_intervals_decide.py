@@ -80,6 +80,22 @@ def test_copies_of_one_deterministic_pair_are_not_run_to_run_evidence() -> None:
     assert p99 is not None and p99.verdict in ("cannot evaluate", "no significant change")
 
 
+def test_runs_that_differ_but_change_alike_keep_their_verdict() -> None:
+    """The rule above is for copies: two pairs of different seeds whose figures differ (100 and
+    200 under FIFO) but change alike (+50% each) are evidence of a change, not repeats, and are
+    judged as before (review of 184ffe4: starved 0 → 1 in every pair would have been refused)."""
+    scn = _short()
+    pairs = [
+        (_sim(scn, 5, "fifo", 100.0), _sim(scn, 5, "dwrr", 150.0)),
+        (_sim(scn, 6, "fifo", 200.0), _sim(scn, 6, "dwrr", 300.0)),
+    ]
+    rows = [Name(registry.get("service_difference"))]
+    got = cmp.compare_scenario_pairs(pairs, scn, resamples=50, deterministic=True, rows=rows)
+    sd = got.get("service_difference")
+    assert sd is not None and sd.verdict != "cannot evaluate", sd
+    assert "identical" not in (sd.reason or "")
+
+
 @settings(deadline=None, max_examples=100)
 @given(
     diffs=st.lists(st.floats(-1.0, 1.0, allow_nan=False), min_size=2, max_size=8),

@@ -473,7 +473,8 @@ def _at_least_the_ranks(
     lo_rank, hi_rank = ranks(tail)
     if not math.isfinite(hi_rank):  # one-sided, as percentile_interval: the full confidence
         lo_rank = ranks(2 * tail)[0]
-    low = min(km.low, 0.0 if lo_rank < 1 else at(lo_rank))
+    # the lower rank's floor: `iv.percentile_interval` interpolates between X_(⌊l⌋) and X_(⌈l⌉)
+    low = min(km.low, 0.0 if lo_rank < 1 else at(math.floor(lo_rank)))
     high = max(km.high, at(hi_rank) if math.isfinite(hi_rank) else math.inf)
     if (low, high) == (km.low, km.high):
         return km

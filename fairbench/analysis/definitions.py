@@ -246,7 +246,8 @@ def _latency(name: str, which: str, q: float, what: str, headline: bool = False)
 
 
 _SHARE_CI = (
-    "95%: Clopper–Pearson (exact binomial: at least 95% at every share) on the effective "
+    "95%: Clopper–Pearson (exact binomial: at least 95% at every share of independent "
+    "requests; misses in rare bursts can escape τ, docs/metrics.md) on the effective "
     "sample size n / τ, τ from batch means of the share's indicator in time order (1 unless "
     "serial correlation is significant); where τ counts, at the level of Student t at the "
     "batch means' effective df in place of z (τ̂ from 10-30 batch means is noisy and low)"

@@ -1,11 +1,10 @@
 """Statistics for decisions: small estimators that stay cheap at a million records.
 
 Quantile intervals are order statistics with binomial ranks (fairbench.analysis.intervals,
-which also handles serial correlation and censoring); means get a percentile bootstrap, shares
-Wilson's interval, trends Kendall's tau.
+which also handles serial correlation and censoring; shares there are Clopper–Pearson's);
+trends Kendall's tau.
 
-Heavy tails are the rule for latency, so nothing here assumes normality; comparisons use
-bootstrap intervals and rank tests, never a t-test.
+Heavy tails are the rule for latency, so nothing here assumes normality of the latencies.
 """
 
 from __future__ import annotations
@@ -55,35 +54,6 @@ def quantile_ci(
     point = float(x[max(1, math.ceil(q * n)) - 1])
     it = percentile_interval(x, q, confidence)
     return Estimate(point, min(it.low, point), max(it.high, point), n)
-
-
-def mean_ci(
-    values: np.ndarray, confidence: float = 0.95, resamples: int = 1000, seed: int = 0
-) -> Estimate:
-    x = values[np.isfinite(values)]
-    if len(x) == 0:
-        return NAN_ESTIMATE
-    if len(x) == 1:
-        return Estimate(float(x[0]), float(x[0]), float(x[0]), 1)
-    rng = np.random.default_rng(seed)
-    means = np.empty(resamples)
-    for b in range(resamples):  # bounded memory even for a million values
-        means[b] = x[rng.integers(0, len(x), len(x))].mean()
-    alpha = (1 - confidence) / 2
-    low, high = np.quantile(means, [alpha, 1 - alpha])
-    return Estimate(float(x.mean()), float(low), float(high), len(x))
-
-
-def proportion_ci(successes: int, n: int, confidence: float = 0.95) -> Estimate:
-    """Wilson score interval (the bootstrap of a proportion, in closed form, good near 0 and 1)."""
-    if n == 0:
-        return NAN_ESTIMATE
-    z = sps.norm.ppf(0.5 + confidence / 2)
-    p = successes / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return Estimate(p, max(0.0, centre - half), min(1.0, centre + half), n)
 
 
 def trend_test(times: np.ndarray, values: np.ndarray) -> tuple[float, float]:

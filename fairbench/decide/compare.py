@@ -272,12 +272,20 @@ def _group_size(name: Name, c: Cols, names: dict[str, list[str]]) -> int:
     return len(c) if mask is None else int(np.count_nonzero(mask))
 
 
-def _no_spread(diffs: np.ndarray) -> bool:
-    """Every pair's change the same, and not 0. Why: the t interval over the pairs is then
+def _no_spread(diffs: np.ndarray, a_runs: list[float], b_runs: list[float]) -> bool:
+    """Every pair's change the same, and not 0, because each arm's runs are one value repeated
+    (repeats of one seed on a deterministic target). Why: the t interval over the pairs is then
     [m, m] with p = 0, a verdict without any noise seen (two copies of one deterministic pair
     called a timeline figure `worse` at [+50%, +50%]); the gate refuses identical baseline
-    runs for the same reason. Identical zeros stay `no significant change`."""
-    return bool(np.all(np.isfinite(diffs))) and float(np.ptp(diffs)) == 0.0 and diffs[0] != 0
+    runs for the same reason. Identical zeros stay `no significant change`; runs that differ
+    but change alike (starved 0 → 1 in every pair) are evidence, and keep their verdict."""
+    repeats = float(np.ptp(a_runs)) == 0.0 and float(np.ptp(b_runs)) == 0.0
+    return (
+        repeats
+        and bool(np.all(np.isfinite(diffs)))
+        and float(np.ptp(diffs)) == 0.0
+        and diffs[0] != 0
+    )
 
 
 def _t_interval(diffs: np.ndarray, confidence: float) -> tuple[float, float, float]:
@@ -400,7 +408,7 @@ def compare_pairs(
                 )
                 continue
         only_t = draws is None or name not in resampled or a_bound or b_bound
-        if k >= 2 and only_t and _no_spread(diffs):
+        if k >= 2 and only_t and _no_spread(diffs, a_runs, b_runs):
             verdict.reason = (
                 f"the {k} pairs' changes are identical (repeats of one seed on a deterministic "
                 "target?): they show no run-to-run noise; compare pairs of other seeds"
