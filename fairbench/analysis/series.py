@@ -56,7 +56,8 @@ def shares_over_time(
     end_s: float | None = None,
 ) -> dict[str, Any]:
     """Per window: each tenant's share of the service delivered, and its weighted max-min fair
-    share given what it asked for in that window.
+    share given its demand in that window: what it asked for (its requests arriving in it), or
+    what it got where that is more (a backlog carried in from earlier windows is demand too).
 
     Service is counted as the summary counts it (fairbench.analysis.metrics.service_tokens, so
     the shares add up to the run's `fairness` block): a request is served from its first
