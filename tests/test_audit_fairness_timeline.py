@@ -203,19 +203,6 @@ def test_one_tenant_and_disjoint_backlogs_read_no_value() -> None:
     assert np.isnan(backlogged_jain(tl, 0.0, 10.0, 1.0)[1]).all()
 
 
-NO_QUEUE = """
-name: two-tenants-no-queue
-workloads:
-  chat: {endpoint: completions, prompt_tokens: 128, output_tokens: 32}
-tenants:
-  - {id: heavy, mix: chat, arrival: {process: poisson, rate: 200/s}}
-  - {id: light, mix: chat, arrival: {process: poisson, rate: 5/s}}
-run: {duration: 10s, warmup: 1s, cooldown: 1s, seed: 1}
-target: {kind: sim}
-scheduler: {policy: fifo, replicas: 2}
-"""
-
-
 def test_a_run_without_contention_says_so_beside_its_zero(tmp_path: Path) -> None:
     """Bug fix: with no two tenants ever backlogged, summary.json's service difference read 0
     with the maximum's reason, "the value is exact for this run", as if 0 had been measured
@@ -226,8 +213,9 @@ def test_a_run_without_contention_says_so_beside_its_zero(tmp_path: Path) -> Non
     from fairbench.pipeline import run_scenario
     from fairbench.run import RunOptions
     from fairbench.workload.loading import parse_scenario
+    from tests.test_fairness_contention import SCENARIO  # 200/s and 5/s on two replicas
 
-    scn = parse_scenario(yaml.safe_load(NO_QUEUE))
+    scn = parse_scenario(yaml.safe_load(SCENARIO.replace("POLICY", "fifo")))
     summary = run_scenario(scn, RunOptions(out=tmp_path / "run")).summary
     entry = summary["metrics"]["overall"]["service_difference"]
     assert summary["fairness"]["service_difference"]["reason"] == "no contention"

@@ -21,11 +21,9 @@ from fairbench.analysis.registry import Name
 from fairbench.decide import compare as cmp
 from fairbench.decide.gate import evaluate, noise_band, parse_rules
 from fairbench.decide.runs import RunData
-from fairbench.plan.materialize import materialize
-from fairbench.run.records import records_frame
-from fairbench.targets.sim import run_sim
 from fairbench.workload.loading import load_scenario
 from fairbench.workload.models import Scenario
+from tests.test_compare import sim_run
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -39,26 +37,11 @@ def _short() -> Scenario:
 
 
 def _sim(scn: Scenario, seed: int, policy: str, service_difference: float) -> RunData:
-    """A noise-free simulated run in memory (as tests/test_compare.py's `sim_run`), with a
+    """A noise-free simulated run in memory (tests/test_compare.py's `sim_run`), with a
     timeline figure in its summary (a timeline row is not recomputed from the records)."""
-    variant = scn.model_copy(
-        update={"scheduler": {**scn.scheduler, "policy": policy, "step_noise_cv": 0.0}}
-    )
-    plan = materialize(variant, seed)
-    rows, _ = run_sim(plan, variant)
-    window = [variant.run.warmup, (variant.run.duration or 0) - variant.run.cooldown]
-    frame = records_frame(rows)
-    t = frame["t_intended_ns"] / 1e9
-    frame = frame[(t >= window[0]) & (t <= window[1])].reset_index(drop=True)
-    summary = {
-        "plan_digest": plan.digest,
-        "scenario": variant.name,
-        "schema_version": 2,
-        "valid": True,
-        "window_s": window,
-        "metrics": {"overall": {"service_difference": {"value": service_difference}}},
-    }
-    return RunData(Path(f"mem/{policy}-{seed}"), summary, frame)
+    run = sim_run(scn, seed, policy, noise_seed=0, noise=0.0)
+    run.summary["metrics"] = {"overall": {"service_difference": {"value": service_difference}}}
+    return run
 
 
 def test_copies_of_one_deterministic_pair_are_not_run_to_run_evidence() -> None:
