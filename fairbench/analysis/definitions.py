@@ -16,7 +16,12 @@ from fairbench.analysis import intervals as iv
 from fairbench.analysis.columns import Cols
 from fairbench.analysis.drift import METHOD as DRIFT_METHOD
 from fairbench.analysis.drift import Drift, drift
-from fairbench.analysis.fairness_ci import isolation_interval, slowdown_intervals, slowdowns
+from fairbench.analysis.fairness_ci import (
+    isolation_interval,
+    isolation_tenants,
+    slowdown_intervals,
+    slowdowns,
+)
 from fairbench.analysis.intervals import Interval
 from fairbench.analysis.metric import GROUPS, Compute, Metric, Value
 from fairbench.analysis.metrics import distinct, jain
@@ -106,8 +111,7 @@ def _tenant_isolation(c: Cols, k: int) -> Value:
 def _isolation(c: Cols, mask: np.ndarray | None) -> Value:
     """Per tenant: its TTFT p99 in the mix ÷ alone; overall (and for other groups): the worst
     tenant's."""
-    ks = sorted({int(k) for k in distinct(c.tenant if mask is None else c.tenant[mask])})
-    values = [_tenant_isolation(c, k) for k in ks if k >= 0]
+    values = [_tenant_isolation(c, k) for k in isolation_tenants(c, mask)]
     values = [v for v in values if math.isfinite(v[0])]
     if not values:
         return math.nan, False

@@ -389,16 +389,11 @@ def tenant_isolation_interval(c: Cols, k: int, confidence: float = CONFIDENCE) -
     )
 
 
-def isolation_interval(c: Cols, mask: np.ndarray | None = None) -> iv.Interval:
-    """A group's isolation interval: one tenant's, or for several the worst tenant's as
-    [max of lows, max of highs] of the tenants' intervals at 1 − α/k each (Bonferroni: the
-    worst is bounded only where every tenant's interval holds at once; at 95% each, two
-    tenants' worst covered 89% at 9/s on the calibration queue); declined where any tenant
-    with a value has none. The tenants are the figure's: a solo arm (finite, > 0) and an
-    admitted request in the mix. Why: a tenant whose requests were all rejected has no p99 and
-    no isolation, yet it declined the worst tenant's interval as "only a lower bound"."""
+def isolation_tenants(c: Cols, mask: np.ndarray | None = None) -> list[int]:
+    """The tenants the group's isolation figure reads, and so its interval: in the group, with
+    a solo arm (finite, > 0) and an admitted request in the mix (a p99 to divide)."""
     ks = sorted({int(k) for k in distinct(c.tenant if mask is None else c.tenant[mask])})
-    ks = [
+    return [
         k
         for k in ks
         if 0 <= k < len(c.solo_ttft)
@@ -406,6 +401,17 @@ def isolation_interval(c: Cols, mask: np.ndarray | None = None) -> iv.Interval:
         and c.solo_ttft[k] > 0
         and len(c.obs("ttft", c.tenant == k)) > 0
     ]
+
+
+def isolation_interval(c: Cols, mask: np.ndarray | None = None) -> iv.Interval:
+    """A group's isolation interval: one tenant's, or for several the worst tenant's as
+    [max of lows, max of highs] of the tenants' intervals at 1 − α/k each (Bonferroni: the
+    worst is bounded only where every tenant's interval holds at once; at 95% each, two
+    tenants' worst covered 89% at 9/s on the calibration queue); declined where any tenant
+    with a value has none. The tenants are the figure's (`isolation_tenants`). Why: a tenant
+    whose requests were all rejected has no p99 and no isolation, yet it declined the worst
+    tenant's interval as "only a lower bound"."""
+    ks = isolation_tenants(c, mask)
     if not ks:
         return iv.declined(CONFIDENCE, METHOD_ISOLATION, "no solo arm")
     if len(ks) == 1:
