@@ -396,3 +396,50 @@ def edge_runs(work: Path, live: LiveRuns, cli: Cli) -> dict[str, list[tuple[Path
         ]
         for policy in POLICIES
     }
+
+
+# The profile's step-cost coefficients (ms, ms/token, ms/token²): what a core's speed scales
+STEP_COEFFICIENTS = ("a", "b", "c", "floor", "d", "e", "f")
+
+
+def _tpot_p50(run: Path) -> float:
+    doc = yaml.safe_load((run / "summary.json").read_text(encoding="utf-8"))
+    return float(doc["overall"]["latency_ms"]["tpot"]["p50"])
+
+
+def paced_profile(profile: Path, factor: float, name: str) -> Path:
+    """`profile` with every step cost (STEP_COEFFICIENTS) times `factor`: the same engine on a
+    core `factor` times as slow. The per-request charges (front end, idle wake) are kept."""
+    doc = yaml.safe_load(profile.read_text(encoding="utf-8"))
+    for key in (*STEP_COEFFICIENTS, "constant_step_ms"):
+        if doc.get(key) is not None:
+            doc[key] = float(doc[key]) * factor
+    doc.setdefault("fit", {})["paced"] = {"from": profile.name, "factor": round(factor, 4)}
+    out = profile.with_name(name)
+    out.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    return out
+
+
+def paced_runs(
+    work: Path, live: LiveRuns, cli: Cli, twins: dict[str, list[Path]]
+) -> dict[str, list[tuple[Path, float]]]:
+    """Each live run's paced twin, and its factor: the twin's profile with its step costs
+    scaled by (the run's TPOT p50 ÷ its twin's), simulated again. The probes either side of a
+    run measure the core before and after it; the run's own decode pace is the only reading of
+    the core during it (on CI, 2026-12-05, one run's probes found `d` at 3.32 and 2.55 ms and
+    its twin's TPOT p50 was 20% above the run's). A paced twin answers the question the
+    simulator is for — given the engine's speed, does the scheduler queue as the engine
+    does — apart from how well a probe a minute away knew that speed."""
+    out: dict[str, list[tuple[Path, float]]] = {}
+    for policy in POLICIES:
+        out[policy] = []
+        for k, (real, twin, around) in enumerate(
+            zip(live.runs[policy], twins[policy], live.around[policy], strict=True), 1
+        ):
+            factor = _tpot_p50(real) / _tpot_p50(twin)
+            base = twin_profile(around, live.whole)
+            profile = paced_profile(base, factor, f"paced-{policy}-{k}.profile.yaml")
+            out[policy].append(
+                (simulate(work, live, cli, policy, profile, work / f"paced-{policy}-{k}"), factor)
+            )
+    return out
