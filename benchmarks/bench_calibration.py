@@ -7,6 +7,7 @@ kind the summary prints against a known truth, at the sizes users have:
 - the same of serially correlated series (exp of a Gaussian AR(1), φ = 0.5 and 0.9), as a queue
   makes them, n = 1,000 and 10,000;
 - the drift interval of stationary series (it should contain 0);
+- SLO attainment shares (0.9, 0.99, 0.995) of the same i.i.d. and AR(1) series, n = 50 … 5,000;
 - run to run on the simulator: 30 seeds of `scenarios/calibration/queue.yaml` (two tenants on
   one simulated H100, constant Poisson load) at two loads; each run's TTFT p50/p90/p99 interval
   and drift interval against the long-run percentiles (pooled over the 30 runs) and 0;
@@ -78,6 +79,9 @@ def synthetic(reps: int, quick: bool, only: set[str] | None = None) -> list[cal.
     for kind in ("lognormal", "ar1-0.5"):
         for n in (5000, 20_000):
             cells.append(("drift", kind, n, 0.99, reps // 2, n + 2))
+    for kind in ("lognormal", "ar1-0.5", "ar1-0.9"):
+        for n in (50, 1000) if quick else (50, 1000, 5000):
+            cells += [("share", kind, n, p, reps, n + 3) for p in (0.9, 0.99, 0.995)]
     if only is not None:
         unknown = only - {cell_name(c[0], c[1], c[2], c[3]) for c in cells}
         if unknown:
@@ -88,14 +92,19 @@ def synthetic(reps: int, quick: bool, only: set[str] | None = None) -> list[cal.
     for what, kind, n, q, r, seed in cells:
         if what == "drift":
             out.append(_said([cal.drift_coverage(kind, n, r, seed=seed)])[0])
+        elif what == "share":
+            out.append(_said([cal.share_coverage(kind, n, q, r, seed=seed)])[0])
         else:
             out.append(_said([cal.percentile_coverage(kind, n, q, r, seed=seed)])[0])
     return out
 
 
 def cell_name(what: str, kind: str, n: int, q: float) -> str:
-    """A synthetic cell's name for --only: `lognormal:50:p99`, `drift-ar1-0.5:20000`."""
-    return f"drift-{kind}:{n}" if what == "drift" else f"{kind}:{n}:p{q * 100:g}"
+    """A synthetic cell's name for --only: `lognormal:50:p99`, `drift-ar1-0.5:20000`,
+    `share-ar1-0.9:1000:p99.5` (an SLO attainment whose long-run share is 0.995)."""
+    if what == "drift":
+        return f"drift-{kind}:{n}"
+    return f"{'share-' if what == 'share' else ''}{kind}:{n}:p{q * 100:g}"
 
 
 FIGURES = ("isolation", "worst_slowdown_ratio", "jain_slowdown", "service_difference")

@@ -25,6 +25,7 @@ def _cols(t: np.ndarray) -> Cols:
         t=t,
         ok=np.ones(n, dtype=bool),
         met=burst | (rng.random(n) < 0.3),
+        slack=np.where(burst, 0.5, 1.5) * rng.exponential(size=n),
         rejected=rng.random(n) < 0.05,
         unfinished=burst & (rng.random(n) < 0.5),
         ttft_o=rng.random(n) < 0.95,
@@ -50,7 +51,8 @@ def test_share_entries_equal_sorting_each_group(in_order: bool) -> None:
             pop = metric.share_of(c)  # type: ignore[misc]
             rows = pop if mask is None else pop & mask
             order = np.argsort(c.t[rows], kind="stable")
-            want = share_interval(np.asarray(metric.indicator(c))[rows][order])  # type: ignore[misc]
+            score = None if metric.score is None else metric.score(c)[rows][order]
+            want = share_interval(np.asarray(metric.indicator(c))[rows][order], scores=score)  # type: ignore[misc]
             assert {k: got[k] for k in want.fields()} == want.fields()
             assert got["n"] == int(rows.sum())
         assert shares[metric.name][2] is in_order

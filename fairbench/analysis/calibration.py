@@ -24,6 +24,7 @@ from scipy import signal
 from scipy import stats as sps
 
 from fairbench.analysis import censored
+from fairbench.analysis import intervals as iv
 from fairbench.analysis.drift import drift
 
 
@@ -116,6 +117,27 @@ def percentile_coverage(
             one += 1
         covered += int(est.low <= true <= est.high)
     return Coverage(kind, n, q, reps, covered, two, one, dec)
+
+
+def share_coverage(
+    kind: str, n: int, p: float, reps: int, seed: int = 0, confidence: float = 0.95
+) -> Coverage:
+    """The share interval fairbench prints for an SLO attainment (iv.share_interval with the
+    score it thresholds, in time order) of requests whose latency is within the kind's p-th
+    quantile: the long-run share is p exactly. The serially correlated kinds make a run's misses
+    come in bursts, as a queue's do."""
+    draw, limit = sampler(kind), truth(kind, p)
+    rng = np.random.default_rng(seed)
+    covered = two = dec = 0
+    for _ in range(reps):
+        x = draw(n, rng)
+        it = iv.share_interval(x <= limit, confidence, scores=x)
+        if it.declined:
+            dec += 1
+            continue
+        two += 1
+        covered += int(it.low <= p <= it.high)
+    return Coverage(f"share {kind}", n, p, reps, covered, two, 0, dec)
 
 
 def drift_coverage(

@@ -93,6 +93,18 @@ def _late_rows(c: Cols) -> np.ndarray:
     return ~c.ttft_o | (c.ttft_t > 10.0 * np.nan_to_num(c.slo_ttft, nan=np.inf))
 
 
+def _late_score(c: Cols) -> np.ndarray:
+    """Per request: TTFT ÷ (10 × its class's TTFT SLO), ∞ where no first response came: the
+    score `_late` thresholds at 1 (its correlation is the starved share's τ)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        score = c.ttft_t / (10.0 * np.nan_to_num(c.slo_ttft, nan=np.inf))
+    return np.where(c.ttft_o, np.nan_to_num(score, nan=0.0), np.inf)
+
+
+def _slack(c: Cols) -> np.ndarray:
+    return np.asarray(c.slack, dtype=np.float64)
+
+
 def _starved(c: Cols, mask: np.ndarray | None) -> Value:
     pop = _mask(c, mask, _with_ttft_slo(c))
     if not pop.any():
@@ -251,10 +263,13 @@ def _latency(name: str, which: str, q: float, what: str, headline: bool = False)
 
 _SHARE_CI = (
     "95%: Clopper–Pearson (exact binomial: at least 95% at every share of independent "
-    "requests; misses in rare bursts can escape τ, docs/metrics.md) on the effective "
+    "requests; a rejected or unfinished share's rare bursts can escape τ, docs/metrics.md) "
+    "on the effective "
     "sample size n / τ, τ from batch means of the share's indicator in time order (1 unless "
-    "serial correlation is significant); where τ counts, at the level of Student t at the "
-    "batch means' effective df in place of z (τ̂ from 10-30 batch means is noisy and low)"
+    "serial correlation is significant) and, for SLO attainment and the starved share, the "
+    "Gaussian copula of the score the indicator thresholds (worst latency ÷ its target), the "
+    "larger; where τ counts, at the level of Student t at its effective df in place of z; "
+    "declined where the run has too few batches, or its misses too few bursts, to measure τ"
 )
 _TTFT = "t_first_token (or the whole response, if it streams none) − t_intended"
 _E2E = "t_done − t_intended"
@@ -283,6 +298,7 @@ METRICS: tuple[Metric, ...] = (
         compute=_share("met"),
         share_of=_everyone,
         indicator=_column("met"),
+        score=_slack,
     ),
     Metric(
         "goodput",
@@ -359,6 +375,7 @@ METRICS: tuple[Metric, ...] = (
         compute=_starved,
         share_of=_with_ttft_slo,
         indicator=_late,
+        score=_late_score,
     ),
     Metric(
         "isolation",

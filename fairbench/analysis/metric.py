@@ -44,6 +44,8 @@ class Metric:
     latency: tuple[str, float] | None = None  # a percentile: (which latency, q)
     share_of: Callable[[Cols], np.ndarray] | None = None  # a share's population (its CI)
     indicator: Callable[[Cols], np.ndarray] | None = None  # a share's 0/1 per request
+    # the continuous per-request score a share's indicator thresholds (its CI's τ), or None
+    score: Callable[[Cols], np.ndarray] | None = None
     interval: Callable[[Cols, np.ndarray | None], Interval] | None = None  # any other figure's
 
     @property

@@ -118,6 +118,27 @@ def slo_met(df: pd.DataFrame, slos: Mapping[str, Mapping[str, float | None]]) ->
     return met
 
 
+def slo_slack(df: pd.DataFrame, slos: Mapping[str, Mapping[str, float | None]]) -> np.ndarray:
+    """Per request: its worst latency over its class's target, max(TTFT/target, TPOT/target,
+    E2E/target) (a missing target or TPOT: no term; no target at all: 0), ∞ unless ok. The
+    continuous score `slo_met` thresholds at 1: its serial correlation is what an attainment's
+    interval reads where the misses themselves are too few (intervals.share_dependence)."""
+    ok = frame_memo.equals(df, "status", "ok")
+    slack = np.zeros(len(df))
+    classes = frame_memo.name_codes(df, "slo_class", list(slos))
+    ttft, tpot, e2e = ttft_ns(df), tpot_ns(df), e2e_ns(df)
+    for k, slo in enumerate(slos.values()):
+        rows = classes == k
+        for key, values in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
+            limit = slo.get(key)
+            if limit is None or not rows.any():
+                continue
+            ratio = values[rows] / (limit * 1e9)
+            slack[rows] = np.fmax(slack[rows], ratio)  # fmax: a NaN TPOT adds no term
+    slack[~ok] = np.inf
+    return slack
+
+
 def service_tokens(
     df: pd.DataFrame, input_weight: float = 1.0, output_weight: float = 2.0
 ) -> np.ndarray:

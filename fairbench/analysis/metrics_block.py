@@ -17,7 +17,7 @@ from fairbench.analysis.intervals import share_interval
 from fairbench.analysis.metric import Metric
 from fairbench.analysis.metrics import nondecreasing
 
-_Shares = dict[str, tuple[np.ndarray, np.ndarray, bool]]
+_Shares = dict[str, tuple[np.ndarray, np.ndarray, bool, np.ndarray | None]]
 
 
 def _entry(
@@ -39,30 +39,36 @@ def _entry(
     if est is not None:
         entry.update(est.as_dict(scale=metric.scale))
     elif metric.share_of is not None and metric.indicator is not None:
-        pop, indicator, in_order = _share_inputs(metric, c, {} if shares is None else shares)
+        pop, indicator, in_order, score = _share_inputs(metric, c, {} if shares is None else shares)
         rows = pop if mask is None else pop & mask
         n = int(rows.sum())
         if n and math.isfinite(value):
             x = indicator[rows]
+            s = None if score is None else score[rows]
             if not in_order:  # else c.t[rows] is in time order: its stable argsort is 0 … n−1
-                x = x[np.argsort(c.t[rows], kind="stable")]
-            it = share_interval(x)
+                order = np.argsort(c.t[rows], kind="stable")
+                x, s = x[order], (None if s is None else s[order])
+            it = share_interval(x, scores=s)
             entry.update(it.fields(), n=n)
     elif metric.interval is not None:
         entry.update(metric.interval(c, mask).fields(metric.scale))
     return entry
 
 
-def _share_inputs(metric: Metric, c: Cols, shares: _Shares) -> tuple[np.ndarray, np.ndarray, bool]:
-    """A share's population and 0/1 indicator over the run, made once per figure for every
-    group, and whether the run's requests are in time order already (a records window is, in
-    plan order). Why: each group's entry made both again (a late indicator is 3 passes over
-    the run) and sorted the group's times, 4 share figures x 7 groups on a fleet run, ~0.3 of
-    its metrics block's 1.4 CPU s at 1.9M requests (issue 35)."""
+def _share_inputs(
+    metric: Metric, c: Cols, shares: _Shares
+) -> tuple[np.ndarray, np.ndarray, bool, np.ndarray | None]:
+    """A share's population, 0/1 indicator and score (None: the share has none) over the
+    run, made once per figure for every group, and whether the run's requests are in time
+    order already (a records window is, in plan order). Why: each group's entry made both
+    again (a late indicator is 3 passes over the run) and sorted the group's times, 4 share
+    figures x 7 groups on a fleet run, ~0.3 of its metrics block's 1.4 CPU s at 1.9M requests
+    (issue 35)."""
     if metric.name not in shares:
         assert metric.share_of is not None and metric.indicator is not None
         in_order = nondecreasing(c.t)
-        shares[metric.name] = (metric.share_of(c), np.asarray(metric.indicator(c)), in_order)
+        score = None if metric.score is None else metric.score(c)
+        shares[metric.name] = (metric.share_of(c), np.asarray(metric.indicator(c)), in_order, score)
     return shares[metric.name]
 
 
