@@ -1,4 +1,4 @@
-"""A group's latencies are ordered from the whole run's order (Cols._sub_order), not sorted
+"""A group's latencies are ordered from the whole run's order (Cols.sub_order), not sorted
 again (issue 35): every figure must be the one its own sort gives, ties included."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from fairbench.analysis import censored
-from fairbench.analysis.columns import Cols, _sub_order
+from fairbench.analysis.columns import Cols, sub_order
 
 
 def _cols(n: int, seed: int) -> Cols:
@@ -22,7 +22,7 @@ def test_sub_order_sorts_the_group() -> None:
     rng = np.random.default_rng(1)
     values = rng.integers(0, 50, 5_000).astype(float)
     member = rng.random(5_000) < 0.3
-    order = _sub_order(np.argsort(values), member)
+    order = sub_order(np.argsort(values), member)
     assert np.array_equal(np.sort(order), np.arange(member.sum()))  # a permutation
     assert np.array_equal(values[member][order], np.sort(values[member]))
 

@@ -63,7 +63,7 @@ class Cols:
         # and its `metrics` block ask for the same group's same percentile (issue 35)
         self._estimates: dict[tuple[str, int, float], censored.QuantileEstimate] = {}
         # each latency's whole-run order by value, kept past `forget`: a group's order is
-        # read off it in O(n) (`_sub_order`), not sorted again (issue 35)
+        # read off it in O(n) (`sub_order`), not sorted again (issue 35)
         self._orders: dict[str, np.ndarray] = {}
         for name, value in arrays.items():
             setattr(self, name, value)
@@ -184,11 +184,11 @@ class Cols:
             if mask is not None:
                 self._keep_orders()
                 if which in self._orders:
-                    found.__dict__["_by_value"] = _sub_order(self._orders[which], mask[eligible])
+                    found.__dict__["_by_value"] = sub_order(self._orders[which], mask[eligible])
         return found
 
 
-def _sub_order(order: np.ndarray, member: np.ndarray) -> np.ndarray:
+def sub_order(order: np.ndarray, member: np.ndarray) -> np.ndarray:
     """A group's order by value from the whole run's (`order` sorts the run's values, `member`
     marks the group's among them): the members in the run's order, as indices into the
     group. Why not argsort the group: two gathers cost half the sort (9 groups × 3 latencies

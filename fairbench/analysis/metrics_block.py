@@ -10,14 +10,18 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+from scipy import special
 
-from fairbench.analysis.columns import Cols
+from fairbench.analysis.censored import average_ranks
+from fairbench.analysis.columns import Cols, sub_order
 from fairbench.analysis.definitions import METRICS
 from fairbench.analysis.intervals import share_interval
 from fairbench.analysis.metric import Metric
 from fairbench.analysis.metrics import nondecreasing
 
-_Shares = dict[str, tuple[np.ndarray, np.ndarray, bool, np.ndarray | None]]
+# a share's population, indicator, whether the run is in time order, and its score with the
+# score's order by value over the run (None, None: the share thresholds no score)
+_Shares = dict[str, tuple[np.ndarray, np.ndarray, bool, np.ndarray | None, np.ndarray | None]]
 
 
 def _entry(
@@ -39,16 +43,24 @@ def _entry(
     if est is not None:
         entry.update(est.as_dict(scale=metric.scale))
     elif metric.share_of is not None and metric.indicator is not None:
-        pop, indicator, in_order, score = _share_inputs(metric, c, {} if shares is None else shares)
+        found = _share_inputs(metric, c, {} if shares is None else shares)
+        pop, indicator, in_order, score, by_value = found
         rows = pop if mask is None else pop & mask
         n = int(rows.sum())
         if n and math.isfinite(value):
             x = indicator[rows]
-            s = None if score is None else score[rows]
+            s = z = None
+            if score is not None and by_value is not None:
+                s = score[rows]
+                # the group's normal scores from the run's order by value (O(n), no sort)
+                sub = sub_order(by_value, rows)
+                z = special.ndtri(average_ranks(s[sub], sub) / (n + 1))
             if not in_order:  # else c.t[rows] is in time order: its stable argsort is 0 … n−1
                 order = np.argsort(c.t[rows], kind="stable")
-                x, s = x[order], (None if s is None else s[order])
-            it = share_interval(x, scores=s)
+                x = x[order]
+                if s is not None and z is not None:
+                    s, z = s[order], z[order]
+            it = share_interval(x, scores=s, normal=z)
             entry.update(it.fields(), n=n)
     elif metric.interval is not None:
         entry.update(metric.interval(c, mask).fields(metric.scale))
@@ -57,18 +69,28 @@ def _entry(
 
 def _share_inputs(
     metric: Metric, c: Cols, shares: _Shares
-) -> tuple[np.ndarray, np.ndarray, bool, np.ndarray | None]:
-    """A share's population, 0/1 indicator and score (None: the share has none) over the
-    run, made once per figure for every group, and whether the run's requests are in time
-    order already (a records window is, in plan order). Why: each group's entry made both
-    again (a late indicator is 3 passes over the run) and sorted the group's times, 4 share
-    figures x 7 groups on a fleet run, ~0.3 of its metrics block's 1.4 CPU s at 1.9M requests
-    (issue 35)."""
+) -> tuple[np.ndarray, np.ndarray, bool, np.ndarray | None, np.ndarray | None]:
+    """A share's population, 0/1 indicator, score and the score's order by value (None: the
+    share has none) over the run, made once per figure for every group, and whether the
+    run's requests are in time order already (a records window is, in plan order). Why:
+    each group's entry made both again (a late indicator is 3 passes over the run) and
+    sorted the group's times, 4 share figures x 7 groups on a fleet run, ~0.3 of its metrics
+    block's 1.4 CPU s at 1.9M requests (issue 35); a score's order is one argsort for every
+    group (`sub_order`)."""
     if metric.name not in shares:
         assert metric.share_of is not None and metric.indicator is not None
         in_order = nondecreasing(c.t)
-        score = None if metric.score is None else metric.score(c)
-        shares[metric.name] = (metric.share_of(c), np.asarray(metric.indicator(c)), in_order, score)
+        score = by_value = None
+        if metric.score is not None:
+            score = np.asarray(metric.score(c), dtype=np.float64)
+            by_value = np.argsort(score)
+        shares[metric.name] = (
+            metric.share_of(c),
+            np.asarray(metric.indicator(c)),
+            in_order,
+            score,
+            by_value,
+        )
     return shares[metric.name]
 
 
