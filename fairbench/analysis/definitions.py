@@ -263,14 +263,26 @@ def _latency(name: str, which: str, q: float, what: str, headline: bool = False)
 
 _SHARE_CI = (
     "95%: Clopper–Pearson (exact binomial: at least 95% at every share of independent "
-    "requests; a rejected or unfinished share's rare bursts can escape τ, docs/metrics.md) "
-    "on the effective "
-    "sample size n / τ, τ from batch means of the share's indicator in time order (1 unless "
-    "serial correlation is significant) and, for SLO attainment and the starved share, the "
-    "Gaussian copula of the score the indicator thresholds (worst latency ÷ its target), the "
-    "larger; where τ counts, at the level of Student t at its effective df in place of z; "
-    "declined where the run has too few batches, or its misses too few bursts, to measure τ"
+    "requests; misses in bursts too rare to show their correlation can escape τ, "
+    "docs/metrics.md) on the effective sample size n / τ, τ from batch means of the share's "
+    "indicator in time order (1 unless serial correlation is significant); where τ counts, at "
+    "the level of Student t at the batch means' effective df in place of z; declined where the "
+    "run has too few batches to measure τ"
 )
+
+
+def _scored_share_ci(score: str) -> str:
+    """The interval of a share that thresholds a per-request score (`Metric.score`)."""
+    return (
+        "95%: Clopper–Pearson (exact binomial: at least 95% at every share of independent "
+        "requests) on the effective sample size n / τ, τ the larger of batch means' of the "
+        "share's indicator in time order (1 unless serial correlation is significant) and the "
+        f"Gaussian copula's of the score it thresholds ({score}) at the share's level; where τ "
+        "counts, at the level of Student t at its effective df in place of z; declined where "
+        "the run has too few batches, or its misses too few independent bursts, to measure τ"
+    )
+
+
 _TTFT = "t_first_token (or the whole response, if it streams none) − t_intended"
 _E2E = "t_done − t_intended"
 _TPOT = "(t_last_token − t_first_token) ÷ (output_tokens − 1)"
@@ -294,7 +306,7 @@ METRICS: tuple[Metric, ...] = (
         0.01,
         absolute=True,
         headline=True,
-        ci=_SHARE_CI,
+        ci=_scored_share_ci("the request's worst latency ÷ its target"),
         compute=_share("met"),
         share_of=_everyone,
         indicator=_column("met"),
@@ -371,7 +383,7 @@ METRICS: tuple[Metric, ...] = (
         0.01,
         absolute=True,
         headline=True,
-        ci=_SHARE_CI,
+        ci=_scored_share_ci("TTFT ÷ 10 × its class's TTFT SLO"),
         compute=_starved,
         share_of=_with_ttft_slo,
         indicator=_late,

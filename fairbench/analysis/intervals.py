@@ -534,12 +534,15 @@ def share_dependence(
     the share's level p̂ (kept inside [1/n, 1 − 1/n]: a run that saw no miss still has the
     score's correlation), the larger counts (`normal`: the scores' normal scores where the
     caller has them, Φ⁻¹ of their average ranks over n + 1). Bursts of the rarer outcome are
-    counted, as a percentile's exceedances are: fewer than MIN_CLUSTERS decline.
+    counted where there are 2 × MIN_CLUSTERS of them or more, as a percentile's exceedances
+    are (fewer leave the interval to Clopper–Pearson's width): fewer than MIN_CLUSTERS bursts
+    decline.
 
     Why: a share's misses are an SLO's exceedances, and come in bursts. From the indicator
     alone, a run that saw one burst or none read τ = 1: a latent AR(1) latency (φ = 0.9,
     n = 1,000) thresholded at an attainment of 0.99 covered 85.9% of 397 runs, at 0.995
-    81.2%, at φ = 0.97 54.9% and 44.1% (benchmarks/bench_share_coverage.py). The p95-floor a
+    81.2%, at φ = 0.97 54.9% and 44.1% (benchmarks/bench_calibration.py --only
+    share-ar1-0.9:1000:p99 and its neighbours). The p95-floor a
     percentile takes is not taken here: it held an AR(1) φ = 0.5 attainment of 0.99 at 99.8%
     where the copula alone gives 97.8%."""
     n = len(x)
