@@ -7,7 +7,7 @@ from the actual send time, kept beside them so a late generator is visible, not 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -99,43 +99,45 @@ def percentiles(values: np.ndarray, qs: Sequence[float] = PERCENTILES) -> dict[s
     return {f"p{q:g}": float(v) for q, v in zip(qs, points, strict=True)}
 
 
+def _slo_terms(
+    df: pd.DataFrame, slos: Mapping[str, Mapping[str, float | None]]
+) -> Iterator[tuple[np.ndarray, str, np.ndarray, float]]:
+    """(rows of a class, latency name, its values in ns over every row, the class's target in
+    ns) for each target a class sets: what `slo_met` and `slo_slack` both read."""
+    classes = frame_memo.name_codes(df, "slo_class", list(slos))  # codes: no str per row
+    latencies = {"ttft": ttft_ns(df), "tpot": tpot_ns(df), "e2e": e2e_ns(df)}
+    for k, slo in enumerate(slos.values()):
+        rows = classes == k
+        for key, values in latencies.items():
+            limit = slo.get(key)
+            if limit is not None and rows.any():
+                yield rows, key, values, limit * 1e9
+
+
 def slo_met(df: pd.DataFrame, slos: Mapping[str, Mapping[str, float | None]]) -> np.ndarray:
     """Per request: ok, and TTFT, TPOT and E2E within its class's targets (seconds; a missing
     target is no constraint). The DistServe notion behind goodput."""
-    ok = frame_memo.equals(df, "status", "ok")
-    met = ok.copy()
-    classes = frame_memo.name_codes(df, "slo_class", list(slos))  # codes: no str per row
-    ttft, tpot, e2e = ttft_ns(df), tpot_ns(df), e2e_ns(df)
-    for k, slo in enumerate(slos.values()):
-        rows = classes == k
-        for key, values in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
-            limit = slo.get(key)
-            if limit is None:
-                continue
-            with np.errstate(invalid="ignore"):
-                within = (values <= limit * 1e9) | (np.isnan(values) & (key == "tpot"))
-            met[rows] &= within[rows]
+    met = frame_memo.equals(df, "status", "ok").copy()
+    for rows, key, values, limit in _slo_terms(df, slos):
+        with np.errstate(invalid="ignore"):
+            within = (values <= limit) | (np.isnan(values) & (key == "tpot"))
+        met[rows] &= within[rows]
     return met
 
 
 def slo_slack(df: pd.DataFrame, slos: Mapping[str, Mapping[str, float | None]]) -> np.ndarray:
     """Per request: its worst latency over its class's target, max(TTFT/target, TPOT/target,
-    E2E/target) (a missing target or TPOT: no term; no target at all: 0), ∞ unless ok. The
-    continuous score `slo_met` thresholds at 1: its serial correlation is what an attainment's
-    interval reads where the misses themselves are too few (intervals.share_dependence)."""
-    ok = frame_memo.equals(df, "status", "ok")
+    E2E/target) (a missing target or TPOT: no term; a missing TTFT or E2E: ∞; no target at
+    all: 0), ∞ unless ok. The continuous score `slo_met` thresholds at 1: its serial
+    correlation is what an attainment's interval reads where the misses themselves are too
+    few (intervals.share_dependence)."""
     slack = np.zeros(len(df))
-    classes = frame_memo.name_codes(df, "slo_class", list(slos))
-    ttft, tpot, e2e = ttft_ns(df), tpot_ns(df), e2e_ns(df)
-    for k, slo in enumerate(slos.values()):
-        rows = classes == k
-        for key, values in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
-            limit = slo.get(key)
-            if limit is None or not rows.any():
-                continue
-            ratio = values[rows] / (limit * 1e9)
-            slack[rows] = np.fmax(slack[rows], ratio)  # fmax: a NaN TPOT adds no term
-    slack[~ok] = np.inf
+    for rows, key, values, limit in _slo_terms(df, slos):
+        ratio = values[rows] / limit
+        if key != "tpot":  # as slo_met: only a TPOT may be missing (a one-token response)
+            ratio[np.isnan(ratio)] = np.inf
+        slack[rows] = np.fmax(slack[rows], ratio)  # fmax: a NaN TPOT adds no term
+    slack[~frame_memo.equals(df, "status", "ok")] = np.inf
     return slack
 
 
