@@ -15,7 +15,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,10 +28,19 @@ from fairbench.plan.model import Plan
 from fairbench.run.exec_types import Progress
 from fairbench.run.measure import Measurement, measure
 from fairbench.run.memory import release_freed_memory
-from fairbench.run.records import check_accounting, records_frame, records_table, write_records
+from fairbench.run.records import (
+    check_accounting,
+    records_frame,
+    records_table,
+    sorted_table,
+    write_records,
+)
 from fairbench.run.recovery import read_partial
 from fairbench.run.rundir import RunOptions, write_json
 from fairbench.workload.models import Scenario
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 @dataclass
@@ -40,6 +49,10 @@ class RunOutcome:
     summary: dict[str, Any]
     stopped: bool = False
     info: dict[str, Any] = field(default_factory=dict)
+    # the records as written to records.parquet, kept only when the caller asked
+    # (`run_scenario(keep_records=True)`): its report takes them from memory, not back from
+    # the file (issue 35: a 10-minute fleet run's report read 13 columns back for 1.7-4 CPU s)
+    records: pa.Table | None = None
 
     @property
     def exit_code(self) -> int:
@@ -49,17 +62,24 @@ class RunOutcome:
 
 
 def run_scenario(
-    scn: Scenario, options: RunOptions | None = None, progress: Progress | None = None
+    scn: Scenario,
+    options: RunOptions | None = None,
+    progress: Progress | None = None,
+    keep_records: bool = False,
 ) -> RunOutcome:
     """Execute the scenario and write its records, summary.json and final run.json.
+    `keep_records`: the outcome keeps the records' Arrow table for the caller's report
+    (`report.write_run_report(run_dir, outcome.records)`); otherwise they are freed here and
+    a report reads them back from records.parquet.
 
     A simulated run records no machine load: in virtual time the machine cannot make it late,
     and leaving the wall-clock figures out keeps its summary.json the same byte for byte
     wherever it ran (a sweep's point in this process, a pool's or a Ray task's)."""
     wall, cpu = time.monotonic(), os.times()
     m = measure(scn, options, progress)
-    outcome = finish(m, None if scn.target.kind == "sim" else _machine_load(wall, cpu))
-    del m  # the plan and the records: the caller's report reads them back from disk
+    machine = None if scn.target.kind == "sim" else _machine_load(wall, cpu)
+    outcome = finish(m, machine, keep_records)
+    del m  # the plan and the records (but the table the outcome keeps)
     release_freed_memory()
     return outcome
 
@@ -87,13 +107,17 @@ def load_partial_run(run_dir: Path) -> RunOutcome:
     return finish(read_partial(run_dir))
 
 
-def finish(m: Measurement, machine: MachineLoad | None = None) -> RunOutcome:
+def finish(
+    m: Measurement, machine: MachineLoad | None = None, keep_records: bool = False
+) -> RunOutcome:
     """Consolidate the records, check the accounting, summarise, and close run.json.
-    `machine`: what the machine did during the run, when the caller watched it."""
+    `machine`: what the machine did during the run, when the caller watched it;
+    `keep_records`: the outcome keeps the records' table (`RunOutcome.records`)."""
     scn, plan, rows, header = m.scn, m.plan, m.rows, m.header
     accounting = check_accounting(len(plan), rows)
-    write_records(rows, m.run_dir / "records.parquet")
-    frame = records_frame(rows)
+    table = sorted_table(rows)  # once: written, framed, and kept if asked
+    write_records(table, m.run_dir / "records.parquet")
+    frame = records_frame(table)
     health = generator_health(
         frame,
         scn,
@@ -152,7 +176,7 @@ def finish(m: Measurement, machine: MachineLoad | None = None) -> RunOutcome:
         generator_health=health,
     )
     write_json(m.run_dir / "run.json", header)
-    return RunOutcome(m.run_dir, summary, m.stopped, m.info)
+    return RunOutcome(m.run_dir, summary, m.stopped, m.info, table if keep_records else None)
 
 
 def solo_ttft_p99(plan: Plan, scn: Scenario, workers: int | None = None) -> dict[str, float]:

@@ -179,7 +179,8 @@ def register(app: typer.Typer) -> None:
                 )
 
             try:
-                outcome = run_scenario(scn, options, progress)  # FileExistsError: cli.main
+                # FileExistsError: cli.main; the records stay in memory for the report below
+                outcome = run_scenario(scn, options, progress, keep_records=True)
             except RuntimeError as error:
                 if options.ray is None or not str(error).startswith("--ray"):
                     raise
@@ -188,7 +189,8 @@ def register(app: typer.Typer) -> None:
                 )  # placement: one line, the flags
                 raise typer.Exit(2) from None
             bar.update(task, detail="writing the report")
-            write_run_report(outcome.run_dir)
+            write_run_report(outcome.run_dir, outcome.records)
+            outcome.records = None  # freed before the history, the twin or the tables
             bar.update(task, detail="done")
         summary = outcome.summary
         if history is not None and not outcome.stopped:

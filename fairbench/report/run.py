@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -37,6 +37,9 @@ from fairbench.report.html import (
 )
 from fairbench.report.markdown import figure_text, markdown_summary
 from fairbench.workload.loading import parse_scenario
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 def completion_html(summary: dict[str, Any]) -> str:
@@ -261,6 +264,15 @@ def report_records(path: Path) -> pd.DataFrame:
     )
 
 
+def report_frame(records: pa.Table) -> pd.DataFrame:
+    """`report_records` of the file written from `records` (the run's table, kept in memory by
+    `pipeline.run_scenario(keep_records=True)`), without reading it back: the same frame,
+    column for column and dtype for dtype (tests/test_report_from_memory.py), for a tenth of
+    the CPU (a 10-minute fleet run: 0.4 against 1.7-4.2 CPU s, issue 35)."""
+    present = set(records.column_names)
+    return records.select([c for c in REPORT_COLUMNS if c in present]).to_pandas(use_threads=False)
+
+
 def _window(df: pd.DataFrame, t: pd.Series, lo: float, hi: float) -> pd.DataFrame:
     """The rows intended in [lo, hi], their index labels kept, as `df[(t >= lo) & (t <= hi)]`
     gives them: a slice where the records are in time order (a run's are), not a copy of every
@@ -272,13 +284,14 @@ def _window(df: pd.DataFrame, t: pd.Series, lo: float, hi: float) -> pd.DataFram
     return df[(t >= lo) & (t <= hi)]
 
 
-def run_report(run_dir: Path) -> tuple[str, str]:
-    """(HTML, Markdown) for one run directory."""
+def run_report(run_dir: Path, records: pa.Table | None = None) -> tuple[str, str]:
+    """(HTML, Markdown) for one run directory; `records`, where the caller still holds them
+    (`RunOutcome.records`), instead of reading records.parquet back."""
     summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
     header = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
     scenario_text = (run_dir / "scenario.yaml").read_text(encoding="utf-8")
     scenario = yaml.safe_load(scenario_text)
-    df = report_records(run_dir / "records.parquet")
+    df = report_records(run_dir / "records.parquet") if records is None else report_frame(records)
     lo, hi = summary["window_s"]
     span = (lo, hi)
     t = df["t_intended_ns"] / 1e9
@@ -403,9 +416,10 @@ def server_metrics_section(server: pd.DataFrame, kind: str) -> list[str]:
 SERIES_PALETTE = ["#0969da", "#cf222e", "#1a7f37", "#8250df", "#bc4c00", "#1b7c83", "#6e7781"]
 
 
-def write_run_report(run_dir: Path) -> None:
+def write_run_report(run_dir: Path, records: pa.Table | None = None) -> None:
     """report.html and summary.md in the run directory; plotly.min.js beside them, hard-linked
-    to the copy in the directory above (fairbench.report.html.install_plotly)."""
-    text, md = run_report(run_dir)
+    to the copy in the directory above (fairbench.report.html.install_plotly). `records`: the
+    run's records table where the caller kept it (`run_report`)."""
+    text, md = run_report(run_dir, records)
     write_page(run_dir / "report.html", text, share=run_dir.parent)
     (run_dir / "summary.md").write_text(md, encoding="utf-8")

@@ -37,8 +37,9 @@ def simulate_and_compare(
     from fairbench.run import RunOptions
 
     sim_dir = run_dir / "sim"
-    sim = run_scenario(scn, RunOptions(out=sim_dir, seed=seed, workers=1))
-    write_run_report(sim.run_dir)
+    sim = run_scenario(scn, RunOptions(out=sim_dir, seed=seed, workers=1), keep_records=True)
+    write_run_report(sim.run_dir, sim.records)
+    sim.records = None
     digest = str(sim.summary.get("plan_digest", ""))
     if digest != summary.get("plan_digest"):  # checked before the live run: this is a bug
         raise SimulationMismatch(

@@ -222,8 +222,9 @@ def records_table(columns: dict[str, tuple[Any, np.ndarray | None]], n: int) -> 
     return pa.Table.from_arrays(arrays, schema=ARROW_SCHEMA)
 
 
-def _sorted_table(records: Records) -> pa.Table:
-    """The records as an Arrow table in request_id order (stable, as `sorted` was)."""
+def sorted_table(records: Records) -> pa.Table:
+    """The records as an Arrow table in request_id order (stable, as `sorted` was); a table
+    already in that order is returned as it is."""
     if not isinstance(records, pa.Table):
         return pa.Table.from_pylist(
             sorted(records, key=lambda r: r["request_id"]), schema=ARROW_SCHEMA
@@ -235,14 +236,14 @@ def _sorted_table(records: Records) -> pa.Table:
 
 
 def records_frame(records: Records) -> pd.DataFrame:
-    table = _sorted_table(records)
+    table = sorted_table(records)
     return (
         table.to_pandas(types_mapper=pd.ArrowDtype).sort_values("request_id").reset_index(drop=True)
     )
 
 
 def write_records(records: Records, path: Path) -> None:
-    table = _sorted_table(records).replace_schema_metadata(
+    table = sorted_table(records).replace_schema_metadata(
         {"fairbench.record_schema": str(RECORD_SCHEMA_VERSION)}
     )
     pq.write_table(table, str(path), compression="zstd")
