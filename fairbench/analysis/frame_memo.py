@@ -78,18 +78,30 @@ def codes(df: pd.DataFrame, name: str) -> tuple[np.ndarray, list[str]]:
     return memo(df, ("codes", name), lambda: sorted_codes(df[name]))
 
 
-def sorted_codes(values: pd.Series) -> tuple[np.ndarray, list[str]]:
-    """`codes` of a series, without the memo: in Arrow where the column is Arrow strings (a
-    records frame's ArrowDtype, or pandas' pyarrow-backed str dtype, as read_parquet gives)."""
+def arrow_strings(values: pd.Series) -> pa.Array | None:
+    """The column as an Arrow string array where it is Arrow strings underneath (a records
+    frame's ArrowDtype, or pandas' pyarrow-backed str dtype, as read_parquet gives), else None:
+    codes are then taken in Arrow, with no Python str per row."""
+    dtype = values.dtype
     arrow_backed = (
-        isinstance(values.dtype, pd.ArrowDtype) and pa.types.is_string(values.dtype.pyarrow_dtype)
-    ) or (isinstance(values.dtype, pd.StringDtype) and values.dtype.storage == "pyarrow")
-    if arrow_backed:
-        arrow = pa.array(values)
-        if pa.types.is_string(arrow.type) or pa.types.is_large_string(arrow.type):
-            names = sorted(str(v) for v in pc.unique(arrow.drop_null()).to_pylist())
-            found = pc.index_in(arrow, value_set=pa.array(names, type=arrow.type))
-            return found.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64), names
+        isinstance(dtype, pd.ArrowDtype)
+        and (
+            pa.types.is_string(dtype.pyarrow_dtype) or pa.types.is_large_string(dtype.pyarrow_dtype)
+        )
+    ) or (isinstance(dtype, pd.StringDtype) and dtype.storage == "pyarrow")
+    if not arrow_backed:
+        return None
+    arrow = pa.array(values)
+    return arrow if pa.types.is_string(arrow.type) or pa.types.is_large_string(arrow.type) else None
+
+
+def sorted_codes(values: pd.Series) -> tuple[np.ndarray, list[str]]:
+    """`codes` of a series, without the memo: in Arrow where the column is Arrow strings."""
+    arrow = arrow_strings(values)
+    if arrow is not None:
+        names = sorted(str(v) for v in pc.unique(arrow.drop_null()).to_pylist())
+        found = pc.index_in(arrow, value_set=pa.array(names, type=arrow.type))
+        return found.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64), names
     objects = np.asarray(values, dtype=object)
     names = sorted(str(v) for v in set(objects.tolist()) if isinstance(v, str))
     return pd.Categorical(objects, categories=names).codes.astype(np.int64), names
