@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -43,7 +42,6 @@ from typing import Any
 import numpy as np
 from _common import finish, peak_rss_mb, show, verdict
 
-from fairbench.cli import PROCESS_ENV
 from reference_scheduler.core.job import Job
 from reference_scheduler.policies import build_policy
 
@@ -150,10 +148,9 @@ def one_run(policy: str, minutes: float, out: Path, stages: bool = False) -> dic
     sim_target.simulate = timed  # type: ignore[assignment]
     spent = time_stages() if stages else {}
     imported_cpu = time.process_time() - cpu0
-    # as `fairbench run` does: the records kept for the report, not read back from disk
-    outcome = run_scenario(scn, RunOptions(out=out / policy, progress=False), keep_records=True)
+    outcome = run_scenario(scn, RunOptions(out=out / policy, progress=False))
     ran, ran_cpu, ran_kernel = time.perf_counter(), time.process_time(), _kernel_s()
-    write_run_report(outcome.run_dir, outcome.records)
+    write_run_report(outcome.run_dir)
     done = time.perf_counter()
     spent = {"imports": imported_cpu, **spent, "engine": engine["cpu_s"]}
     spent["kernel s of engine"] = engine["kernel_s"]
@@ -189,7 +186,6 @@ def sim_speed(policies: list[str], minutes: float, stages: bool = False) -> None
                 capture_output=True,
                 text=True,
                 check=True,
-                env={**PROCESS_ENV, **os.environ},  # the `fairbench` command's own settings
             )
             r = json.loads(proc.stdout.strip().splitlines()[-1])
             stage_cols[name] = {

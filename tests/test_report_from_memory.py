@@ -1,4 +1,4 @@
-"""A run's report from the records it still holds (issue 35), and the command's process settings.
+"""A run's report from the records it still holds (issue 35).
 
 `fairbench run` keeps the records' Arrow table (`run_scenario(keep_records=True)`) and the
 report reads it instead of records.parquet: at fleet size that read was 1.7-4 CPU s of the
@@ -9,9 +9,6 @@ whether it was written at the end of the run or later by `fairbench report`.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -49,19 +46,3 @@ def test_the_report_from_memory_is_the_report_from_disk(tmp_path: Path, name: st
 def test_records_are_not_kept_unless_asked(tmp_path: Path) -> None:
     outcome = _run("incident-fifo.yaml", tmp_path / "run", keep=False)
     assert outcome.records is None
-
-
-def _madvise_hugepage(env: dict[str, str]) -> str:
-    """Whether NumPy asks for huge pages in a process that imported the command first."""
-    code = "import fairbench.cli, numpy._core.multiarray as m; print(m._get_madvise_hugepage())"
-    proc = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
-    )
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout.strip()
-
-
-def test_the_command_turns_numpys_huge_pages_off_unless_the_user_set_them() -> None:
-    env = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
-    assert _madvise_hugepage(env) == "False"
-    assert _madvise_hugepage({**env, "NUMPY_MADVISE_HUGEPAGE": "1"}) == "True"
