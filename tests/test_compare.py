@@ -290,3 +290,17 @@ def test_the_verdict_tables_title_keeps_the_overrides_brackets() -> None:
     text = console.export_text()
     assert "tiers=[premium, interactive]" in text
     assert "note [bold]x[/bold]" in text
+
+
+def test_the_bootstrap_tells_its_progress_and_changes_nothing() -> None:
+    """`progress(done, total)` is told after each draw (the `fairbench compare` bar: two
+    10-minute fleet runs take 1-2.5 CPU s a draw), and the verdicts are those of a run without
+    it, to the last bit."""
+    pair = [(sim_run(INCIDENT, 1, "fifo", 1), sim_run(INCIDENT, 1, "dwrr", 2))]
+    told: list[tuple[int, int]] = []
+    watched = compare_scenario_pairs(
+        pair, INCIDENT, resamples=30, progress=lambda d, n: told.append((d, n))
+    )
+    assert told == [(d, 30) for d in range(1, 31)]
+    plain = compare_scenario_pairs(pair, INCIDENT, resamples=30)
+    assert watched.as_dict() == plain.as_dict()

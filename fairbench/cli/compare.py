@@ -107,7 +107,12 @@ def register(app: typer.Typer) -> None:
         from fairbench.decide.compare import CompareRefused
 
         try:
-            comparison, found = compare_runs(a_dirs, b_dirs, resamples, level, metric, change)
+            # the block bootstrap's draws on a terminal's bar: 1-2.5 CPU s each for two
+            # 10-minute fleet runs (1.9M requests each), 15-40 minutes in all
+            with points_bar("bootstrap draws") as (_, advance):
+                comparison, found = compare_runs(
+                    a_dirs, b_dirs, resamples, level, metric, change, progress=advance
+                )
         except CompareRefused as error:
             raise UsageFailure(f"cannot compare: {error}") from None
         except ABRefused as error:

@@ -60,10 +60,12 @@ def compare_runs(
     level: float,
     metric: str,
     change: float | None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> tuple[Comparison, Any]:
     """`fairbench compare`: the paired verdicts of the runs given, and with --detect the
-    power plan over the measurement window of the first A run. Raises CompareRefused."""
-    comparison = compare_dirs(a_dirs, b_dirs, resamples, level)
+    power plan over the measurement window of the first A run. Raises CompareRefused.
+    `progress(done, total)`: the bootstrap's draws, for a person's bar."""
+    comparison = compare_dirs(a_dirs, b_dirs, resamples, level, progress=progress)
     found = None
     if change is not None:
         lo, hi = json.loads((a_dirs[0] / "summary.json").read_text())["window_s"]

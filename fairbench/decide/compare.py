@@ -45,6 +45,7 @@ INVALID run, a metric that cannot be computed, or metadata that differ yield a r
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -304,10 +305,12 @@ def _bootstrap(
     names: dict[str, list[str]],
     resamples: int,
     seed: int,
+    progress: Callable[[int, int], None] | None = None,
 ) -> np.ndarray:
     """(rows × resamples) mean changes over a (hierarchical) block bootstrap: each draw picks
     pairs, then time blocks within each pair — the same blocks for A and B and for every row —
-    and recomputes every request-level row on them."""
+    and recomputes every request-level row on them. `progress(done, resamples)` is told after
+    each draw (a person's bar: two 10-minute fleet runs take 1-2.5 CPU s a draw)."""
     rng = np.random.default_rng(seed)
     k = len(pairs)
     draws = np.zeros((len(rows), resamples))
@@ -323,6 +326,8 @@ def _bootstrap(
                 vb, _ = _value(name, tb, pair.b_summary, names)
                 draws[r, d] += _change(name.metric, va, vb)
         draws[:, d] /= len(chosen)
+        if progress is not None:
+            progress(d + 1, resamples)
     return draws
 
 
@@ -348,6 +353,7 @@ def compare_pairs(
     confidence: float = 0.95,
     block_s: float = 10.0,
     seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Comparison:
     pairs = []
     for (a, b), (ca, cb) in zip(pairs_in, cols, strict=True):
@@ -360,7 +366,7 @@ def compare_pairs(
     few_blocks = min(len(p.blocks) for p in pairs)
     enough = few_blocks >= MIN_BLOCKS
     resampled = [n for n in rows if n.metric.compute is not None] if enough else []
-    draws = _bootstrap(resampled, pairs, names, resamples, seed) if resampled else None
+    draws = _bootstrap(resampled, pairs, names, resamples, seed, progress) if resampled else None
     for name in rows:
         metric = name.metric
         values = []
@@ -505,6 +511,7 @@ def compare_dirs(
     resamples: int = 1000,
     confidence: float = 0.95,
     block_s: float = 10.0,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Comparison:
     """Pair A and B runs by plan digest: each A run needs a B run that replayed its plan, and
     runs that replayed one plan several times (repeats of one seed) pair in the order given —
@@ -544,7 +551,9 @@ def compare_dirs(
         s.target.kind == "sim" and not float(s.scheduler.get("step_noise_cv", 0) or 0)
         for s in (scn, b_scn)
     )
-    return compare_scenario_pairs(pairs, scn, resamples, confidence, block_s, 0, deterministic)
+    return compare_scenario_pairs(
+        pairs, scn, resamples, confidence, block_s, 0, deterministic, progress=progress
+    )
 
 
 def compare_scenario_pairs(
@@ -556,6 +565,7 @@ def compare_scenario_pairs(
     seed: int = 0,
     deterministic: bool = False,
     rows: list[Name] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Comparison:
     for a, b in pairs:
         check_comparable(a, b)
@@ -570,8 +580,12 @@ def compare_scenario_pairs(
         ra = a.records.set_index("request_id").loc[ids].reset_index()
         rb = b.records.set_index("request_id").loc[ids].reset_index()
         aligned.append((RunData(a.path, a.summary, ra), RunData(b.path, b.summary, rb)))
+    # the distinct values, not a set built from every row: iterating 1.9M Arrow-backed strings
+    # one by one was 4.5 CPU s of a fleet run pair's compare (issue 35)
     present = {
-        group: set().union(*(set(r.records[col]) for pair in aligned for r in pair))
+        group: set().union(
+            *(set(r.records[col].unique().tolist()) for pair in aligned for r in pair)
+        )
         for group, col in (("class", "slo_class"), ("tenant", "tenant"))
     }
     if rows is None:
@@ -581,5 +595,5 @@ def compare_scenario_pairs(
         )
     cols = [(_columns(a, scn, names), _columns(b, scn, names)) for a, b in aligned]
     return compare_pairs(
-        aligned, rows, cols, names, deterministic, resamples, confidence, block_s, seed
+        aligned, rows, cols, names, deterministic, resamples, confidence, block_s, seed, progress
     )
