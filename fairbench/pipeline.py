@@ -51,7 +51,7 @@ class RunOutcome:
     info: dict[str, Any] = field(default_factory=dict)
     # the records as written to records.parquet, kept only when the caller asked
     # (`run_scenario(keep_records=True)`): its report takes them from memory, not back from
-    # the file (issue 35: 0.36-0.74 CPU s to read the 10-minute fleet's 13 columns back)
+    # the file (issue 35: 0.36-0.74 CPU s to read the 10-minute fleet's 15 columns back)
     records: pa.Table | None = None
 
     @property

@@ -1,7 +1,7 @@
 """A run's report from the records it still holds (issue 35).
 
 `fairbench run` keeps the records' Arrow table (`run_scenario(keep_records=True)`) and the
-report reads it instead of records.parquet: the 10-minute fleet's 13 columns took 0.36-0.74
+report reads it instead of records.parquet: the 10-minute fleet's 15 columns took 0.36-0.74
 CPU s to read back and 0.03-0.06 to convert from memory. What would break if it were wrong:
 the report drawing another frame (other rows, order, columns or dtypes) than the one read
 back from the file, so the page would depend on whether it was written at the end of the run

@@ -104,7 +104,8 @@ def sorted_codes(values: pd.Series) -> tuple[np.ndarray, list[str]]:
         return found.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64), names
     objects = np.asarray(values, dtype=object)
     names = sorted(str(v) for v in set(objects.tolist()) if isinstance(v, str))
-    return pd.Categorical(objects, categories=names).codes.astype(np.int64), names
+    # an index lookup, not a Categorical: pandas 4 refuses values outside its categories
+    return pd.Index(names, dtype=object).get_indexer(objects).astype(np.int64), names
 
 
 def name_codes(df: pd.DataFrame, name: str, names: Sequence[str]) -> np.ndarray:

@@ -139,6 +139,7 @@ def register(app: typer.Typer) -> None:
         from fairbench.pipeline import run_scenario  # after the checks: it loads the stack
         from fairbench.report import write_run_report
         from fairbench.run import RunOptions
+        from fairbench.run.memory import release_freed_memory
 
         options = RunOptions(out=out_dir, seed=seed, workers=workers, base_url=target_url)
         if ray_resource and ray is None:
@@ -191,6 +192,7 @@ def register(app: typer.Typer) -> None:
             bar.update(task, detail="writing the report")
             write_run_report(outcome.run_dir, outcome.records)
             outcome.records = None  # freed before the history, the twin or the tables
+            release_freed_memory()  # and given back: Arrow's pool would keep its pages
             bar.update(task, detail="done")
         summary = outcome.summary
         if history is not None and not outcome.stopped:

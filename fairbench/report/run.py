@@ -249,26 +249,29 @@ REPORT_COLUMNS = (
 
 
 def report_records(path: Path) -> pd.DataFrame:
-    """The records as the report reads them: `REPORT_COLUMNS` (those the file has: an older
-    schema lacks some), with pandas' default types, as `pd.read_parquet` gives."""
+    """The records as the report reads them from a run directory: `report_frame` of the file's
+    table (only the `REPORT_COLUMNS` it has: an older schema lacks some)."""
     import pyarrow.parquet as pq
 
     present = set(pq.read_schema(str(path)).names)
-    # one thread, no pre-buffering: the same frame for less CPU (a 10-minute fleet run's 13
+    # one thread, no pre-buffering: the same table for less CPU (a 10-minute fleet run's 15
     # columns: 0.5-1.3 against 0.8-2.3 CPU s, most of it the kernel's, on 2 loaded cores)
-    return pd.read_parquet(
-        path,
+    table = pq.read_table(
+        str(path),
         columns=[c for c in REPORT_COLUMNS if c in present],
         use_threads=False,
         pre_buffer=False,
     )
+    return report_frame(table)
 
 
 def report_frame(records: pa.Table) -> pd.DataFrame:
-    """`report_records` of the file written from `records` (the run's table, kept in memory by
-    `pipeline.run_scenario(keep_records=True)`), without reading it back: the same frame,
-    column for column and dtype for dtype (tests/test_report_from_memory.py), without the
-    read and decompression (the 10-minute fleet: 0.03-0.06 CPU s against 0.36-0.74)."""
+    """The report's frame of a records table: its `REPORT_COLUMNS`, with pandas' default
+    types. `fairbench run` hands it the run's table (`pipeline.run_scenario(keep_records=True)`)
+    and `report_records` the file's, so a report drawn at the end of the run and one drawn
+    later from the directory read one conversion (tests/test_report_from_memory.py); from
+    memory it skips the read and decompression (the 10-minute fleet: 0.03-0.06 CPU s against
+    0.36-0.74)."""
     present = set(records.column_names)
     return records.select([c for c in REPORT_COLUMNS if c in present]).to_pandas(use_threads=False)
 

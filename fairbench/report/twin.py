@@ -35,11 +35,13 @@ def simulate_and_compare(
     from fairbench.report.fidelity_outputs import mape_line, measure_fidelity
     from fairbench.report.run import write_run_report
     from fairbench.run import RunOptions
+    from fairbench.run.memory import release_freed_memory
 
     sim_dir = run_dir / "sim"
     sim = run_scenario(scn, RunOptions(out=sim_dir, seed=seed, workers=1), keep_records=True)
     write_run_report(sim.run_dir, sim.records)
     sim.records = None
+    release_freed_memory()  # the twin's table, given back before the fidelity pages
     digest = str(sim.summary.get("plan_digest", ""))
     if digest != summary.get("plan_digest"):  # checked before the live run: this is a bug
         raise SimulationMismatch(
