@@ -1,4 +1,4 @@
-"""`columns.codes_of` and `frame_memo.sorted_codes` give the same codes whatever holds the
+"""`frame_memo.codes_of` and `frame_memo.sorted_codes` give the same codes whatever holds the
 strings: a run directory's records read by pd.read_parquet (pandas 3's pyarrow-backed `str`),
 the pipeline's ArrowDtype frame (string or large_string), or Python objects. The Arrow path is
 the fast one (issue 35); what would break is a dtype taking it with other codes than the
@@ -10,8 +10,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from fairbench.analysis.columns import codes_of
-from fairbench.analysis.frame_memo import arrow_strings, sorted_codes
+from fairbench.analysis.frame_memo import arrow_strings, codes_of, sorted_codes
 
 VALUES = ["b", None, "a", "zz", "b", "a"]
 DTYPES = [

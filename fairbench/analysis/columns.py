@@ -12,8 +12,6 @@ from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from fairbench.analysis import censored, frame_memo
 from fairbench.analysis import metrics as m
@@ -105,9 +103,9 @@ class Cols:
             tpot_x=tpot.eligible,
             met=m.slo_met(df, slos),
             slack=m.slo_slack(df, slos),
-            cls=codes_of(df["slo_class"], classes),
-            tenant=codes_of(df["tenant"], tenants),
-            workload=codes_of(df["workload"], workloads),
+            cls=frame_memo.codes_of(df["slo_class"], classes),
+            tenant=frame_memo.codes_of(df["tenant"], tenants),
+            workload=frame_memo.codes_of(df["workload"], workloads),
             served=m.service_tokens(df),
             demand=df["prompt_tokens"].to_numpy(dtype=float)
             + 2.0 * df["max_tokens"].to_numpy(dtype=float),
@@ -207,20 +205,6 @@ def _mask_key(mask: np.ndarray | None) -> int:
     return 0 if mask is None else hash(np.packbits(mask).tobytes())
 
 
-def codes_of(values: pd.Series, names: Sequence[str]) -> np.ndarray:
-    """Integer codes of the names (−1 for a value not among them or missing), vectorised: in
-    Arrow where the column is (no Python str per record: 0.4 s a column at 1.9M, issue 35),
-    pandas' pyarrow-backed str dtype included (a run directory's records as pd.read_parquet
-    reads them under pandas 3: `decide.runs`, the report)."""
-    arrow = frame_memo.arrow_strings(values)
-    if arrow is not None:
-        found = pc.index_in(arrow, value_set=pa.array(list(names), type=arrow.type))
-        return found.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
-    # an index lookup, not a Categorical: pandas 4 refuses values outside its categories
-    index = pd.Index(list(names), dtype=object)
-    return index.get_indexer(np.asarray(values, dtype=object)).astype(np.int64)
-
-
 def _per_class(
     values: pd.Series, classes: Sequence[str], slos: Mapping[str, Mapping[str, float | None]]
 ) -> np.ndarray:
@@ -228,4 +212,4 @@ def _per_class(
     table = np.array(
         [(slos.get(c) or {}).get("ttft") or np.nan for c in classes] + [np.nan], dtype=float
     )
-    return table[codes_of(values, classes)]
+    return table[frame_memo.codes_of(values, classes)]

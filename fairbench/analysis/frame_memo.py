@@ -95,17 +95,37 @@ def arrow_strings(values: pd.Series) -> pa.Array | None:
     return arrow if pa.types.is_string(arrow.type) or pa.types.is_large_string(arrow.type) else None
 
 
+def codes_of(values: pd.Series, names: Sequence[str]) -> np.ndarray:
+    """Integer codes of the names (−1 for a value not among them or missing), vectorised: in
+    Arrow where the column is (no Python str per record: 0.4 s a column at 1.9M, issue 35),
+    pandas' pyarrow-backed str dtype included (a run directory's records as pd.read_parquet
+    reads them under pandas 3: `decide.runs`, the report)."""
+    return _codes(_held(values), names)
+
+
 def sorted_codes(values: pd.Series) -> tuple[np.ndarray, list[str]]:
     """`codes` of a series, without the memo: in Arrow where the column is Arrow strings."""
+    held = _held(values)
+    if isinstance(held, pa.Array):
+        names = sorted(str(v) for v in pc.unique(held.drop_null()).to_pylist())
+    else:
+        names = sorted(str(v) for v in set(held.tolist()) if isinstance(v, str))
+    return _codes(held, names), names
+
+
+def _held(values: pd.Series) -> pa.Array | np.ndarray:
+    """The column's strings as Arrow holds them (`arrow_strings`), else as Python objects."""
     arrow = arrow_strings(values)
-    if arrow is not None:
-        names = sorted(str(v) for v in pc.unique(arrow.drop_null()).to_pylist())
-        found = pc.index_in(arrow, value_set=pa.array(names, type=arrow.type))
-        return found.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64), names
-    objects = np.asarray(values, dtype=object)
-    names = sorted(str(v) for v in set(objects.tolist()) if isinstance(v, str))
+    return np.asarray(values, dtype=object) if arrow is None else arrow
+
+
+def _codes(held: pa.Array | np.ndarray, names: Sequence[str]) -> np.ndarray:
+    """Each value's index in `names`, −1 where it is not there or missing."""
+    if isinstance(held, pa.Array):
+        found = pc.index_in(held, value_set=pa.array(list(names), type=held.type))
+        return found.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
     # an index lookup, not a Categorical: pandas 4 refuses values outside its categories
-    return pd.Index(names, dtype=object).get_indexer(objects).astype(np.int64), names
+    return pd.Index(list(names), dtype=object).get_indexer(held).astype(np.int64)
 
 
 def name_codes(df: pd.DataFrame, name: str, names: Sequence[str]) -> np.ndarray:

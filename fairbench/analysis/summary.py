@@ -48,7 +48,7 @@ from fairbench.analysis.blocks import (
     starvation_block,
     unloaded_ns,
 )
-from fairbench.analysis.columns import Cols, codes_of
+from fairbench.analysis.columns import Cols
 from fairbench.analysis.fairness_ci import service_difference_interval
 from fairbench.analysis.isolation import isolation_detail
 from fairbench.analysis.registry import metrics_block
@@ -143,7 +143,7 @@ class _BlockColumns:
     @classmethod
     def of(cls, df: pd.DataFrame) -> _BlockColumns:
         return cls(
-            codes_of(df["status"], STATUSES),
+            frame_memo.codes_of(df["status"], STATUSES),
             frame_memo.floats(df, "queue_time_ns"),  # the same conversion, kept
             df["output_tokens"].to_numpy(dtype=np.float64),
         )
