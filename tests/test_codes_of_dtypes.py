@@ -37,3 +37,14 @@ def test_the_arrow_path_is_taken_where_arrow_holds_the_strings() -> None:
     assert arrow_strings(pd.Series(VALUES, dtype=pd.ArrowDtype(pa.large_string()))) is not None
     assert arrow_strings(pd.Series(VALUES, dtype=object)) is None
     assert arrow_strings(pd.Series([1, 2], dtype=pd.ArrowDtype(pa.int64()))) is None
+
+
+def test_a_chunked_column_takes_the_arrow_path_too() -> None:
+    """A column read from a file of several row groups is a chunked Arrow array: the codes
+    are the one-chunk column's (a report of the quarterly pages once failed on it)."""
+    chunked = pa.chunked_array([["b", None], ["a", "zz", "b", "a"]])
+    series = pd.Series(pd.arrays.ArrowExtensionArray(chunked))
+    assert isinstance(arrow_strings(series), pa.ChunkedArray)
+    assert codes_of(series, ["a", "b", "c"]).tolist() == [1, -1, 0, -1, 1, 0]
+    codes, names = sorted_codes(series)
+    assert names == ["a", "b", "zz"] and codes.tolist() == [1, -1, 0, 2, 1, 0]

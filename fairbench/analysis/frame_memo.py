@@ -78,7 +78,7 @@ def codes(df: pd.DataFrame, name: str) -> tuple[np.ndarray, list[str]]:
     return memo(df, ("codes", name), lambda: sorted_codes(df[name]))
 
 
-def arrow_strings(values: pd.Series) -> pa.Array | None:
+def arrow_strings(values: pd.Series) -> pa.Array | pa.ChunkedArray | None:
     """The column as an Arrow string array where it is Arrow strings underneath (a records
     frame's ArrowDtype, or pandas' pyarrow-backed str dtype, as read_parquet gives), else None:
     codes are then taken in Arrow, with no Python str per row."""
@@ -106,26 +106,26 @@ def codes_of(values: pd.Series, names: Sequence[str]) -> np.ndarray:
 def sorted_codes(values: pd.Series) -> tuple[np.ndarray, list[str]]:
     """`codes` of a series, without the memo: in Arrow where the column is Arrow strings."""
     held = _held(values)
-    if isinstance(held, pa.Array):
-        names = sorted(str(v) for v in pc.unique(held.drop_null()).to_pylist())
-    else:
+    if isinstance(held, np.ndarray):
         names = sorted(str(v) for v in set(held.tolist()) if isinstance(v, str))
+    else:  # Arrow (an array, or a chunked one)
+        names = sorted(str(v) for v in pc.unique(held.drop_null()).to_pylist())
     return _codes(held, names), names
 
 
-def _held(values: pd.Series) -> pa.Array | np.ndarray:
+def _held(values: pd.Series) -> pa.Array | pa.ChunkedArray | np.ndarray:
     """The column's strings as Arrow holds them (`arrow_strings`), else as Python objects."""
     arrow = arrow_strings(values)
     return np.asarray(values, dtype=object) if arrow is None else arrow
 
 
-def _codes(held: pa.Array | np.ndarray, names: Sequence[str]) -> np.ndarray:
+def _codes(held: pa.Array | pa.ChunkedArray | np.ndarray, names: Sequence[str]) -> np.ndarray:
     """Each value's index in `names`, −1 where it is not there or missing."""
-    if isinstance(held, pa.Array):
-        found = pc.index_in(held, value_set=pa.array(list(names), type=held.type))
-        return found.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
-    # an index lookup, not a Categorical: pandas 4 refuses values outside its categories
-    return pd.Index(list(names), dtype=object).get_indexer(held).astype(np.int64)
+    if isinstance(held, np.ndarray):
+        # an index lookup, not a Categorical: pandas 4 refuses values outside its categories
+        return pd.Index(list(names), dtype=object).get_indexer(held).astype(np.int64)
+    found = pc.index_in(held, value_set=pa.array(list(names), type=held.type))
+    return found.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
 
 
 def name_codes(df: pd.DataFrame, name: str, names: Sequence[str]) -> np.ndarray:
