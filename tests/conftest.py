@@ -1,8 +1,20 @@
-"""Shared helpers: small plans built in code, and scripted targets."""
+"""Shared helpers: small plans built in code, and scripted targets; and the machine shared
+between pytest-xdist's workers.
+
+The suite runs on two workers (pyproject's addopts: `-n 2`), most of it CPU or wall-clock
+bound on its own; but a test that measures the machine — a real engine's speed against the
+simulator (`engine`), a fitted step floor (`quiet`) — needs it to itself, as it had before the
+suite ran in parallel. Such a test takes the machine exclusively: the other worker finishes the
+test it is running and waits until it is done (a readers-writer lock over two files, with a
+turnstile so that a waiting exclusive test is not starved by the other worker's next tests)."""
 
 from __future__ import annotations
 
+import fcntl
 import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -78,3 +90,43 @@ def vllm_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     maker = Path(__file__).parent / "engines" / "make_tiny_llama.py"
     subprocess.run([python, str(maker), str(model)], check=True, timeout=300)
     return python, model
+
+
+def _exclusive(item: pytest.Item) -> bool:
+    return any(item.get_closest_marker(name) for name in ("engine", "quiet"))
+
+
+@contextmanager
+def _machine_share(item: pytest.Item) -> Iterator[None]:
+    """Shared for most tests, exclusive for those that measure the machine (module docstring).
+    Outside pytest-xdist (one process) there is nobody to share with: no lock."""
+    workerinput = getattr(item.config, "workerinput", None)
+    if workerinput is None:
+        yield
+        return
+    locks = Path(tempfile.gettempdir()) / f"fairbench-tests-{workerinput['testrunuid']}"
+    locks.mkdir(exist_ok=True)
+    with (
+        open(locks / "turnstile.lock", "a") as turnstile,
+        open(locks / "machine.lock", "a") as machine,
+    ):
+        if _exclusive(item):
+            fcntl.flock(turnstile, fcntl.LOCK_EX)  # no new test starts beside it ...
+            fcntl.flock(machine, fcntl.LOCK_EX)  # ... and the running one ends first
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        else:
+            fcntl.flock(turnstile, fcntl.LOCK_SH)
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+            fcntl.flock(machine, fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(machine, fcntl.LOCK_UN)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Setup, call and teardown of each test under `_machine_share`: an exclusive test's
+    fixtures (an engine's server) start and stop with the machine to itself too."""
+    with _machine_share(item):
+        yield

@@ -29,6 +29,8 @@ from tests.cli import REPO, run_cli
 from tests.loopback import free_port, serve, serve_in_thread
 from tests.profile_design import exact_design
 
+# It fits a server's timing from real requests: no other test runs beside it (tests/conftest.py)
+pytestmark = pytest.mark.quiet
 # Large enough that a few ms of loop lateness are small against every term: prefill of 2,000
 # tokens is 508 ms, a decode step of 8 sequences at 1,000 tokens each 68 ms.
 TRUTH = {"a": 8.0, "b": 0.25, "c": 0.0, "d": 20.0, "e": 2.0, "f": 0.004}
