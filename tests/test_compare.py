@@ -294,7 +294,7 @@ def test_the_verdict_tables_title_keeps_the_overrides_brackets() -> None:
 
 def test_the_bootstrap_tells_its_progress_and_changes_nothing() -> None:
     """`progress(done, total)` is told after each draw (the `fairbench compare` bar: two
-    10-minute fleet runs take 1-2.5 CPU s a draw), and the verdicts are those of a run without
+    10-minute fleet runs take 0.5-0.8 CPU s a draw), and the verdicts are those of a run without
     it, to the last bit."""
     pair = [(sim_run(INCIDENT, 1, "fifo", 1), sim_run(INCIDENT, 1, "dwrr", 2))]
     told: list[tuple[int, int]] = []
