@@ -107,8 +107,8 @@ def register(app: typer.Typer) -> None:
         from fairbench.decide.compare import CompareRefused
 
         try:
-            # the block bootstrap's draws on a terminal's bar: 1-2.5 CPU s each for two
-            # 10-minute fleet runs (1.9M requests each), 15-40 minutes in all
+            # the block bootstrap's draws on a terminal's bar: 0.5-0.8 CPU s each for two
+            # 10-minute fleet runs (1.9M requests each), 10-14 minutes for the default 1,000
             with points_bar("bootstrap draws") as (_, advance):
                 comparison, found = compare_runs(
                     a_dirs, b_dirs, resamples, level, metric, change, progress=advance
