@@ -104,8 +104,13 @@ def _machine_share(item: pytest.Item) -> Iterator[None]:
     if workerinput is None:
         yield
         return
-    locks = Path(tempfile.gettempdir()) / f"fairbench-tests-{workerinput['testrunuid']}"
-    locks.mkdir(exist_ok=True)
+    # the session's temporary root, which every worker's own lies in (and pytest rotates)
+    basetemp = item.config.option.basetemp
+    if basetemp:
+        locks = Path(basetemp).parent
+    else:
+        locks = Path(tempfile.gettempdir()) / f"fairbench-tests-{workerinput['testrunuid']}"
+    locks.mkdir(parents=True, exist_ok=True)
     with (
         open(locks / "turnstile.lock", "a") as turnstile,
         open(locks / "machine.lock", "a") as machine,
