@@ -93,6 +93,7 @@ SKIPPED: dict[str, str] = {
     "python benchmarks/bench_reliability.py": BENCHMARK,
     "python benchmarks/bench_gateway.py": BENCHMARK,
     "python benchmarks/bench_aa.py": BENCHMARK,
+    "python benchmarks/bench_compare.py": BENCHMARK,
     "python benchmarks/bench_advise.py": BENCHMARK,
     "fairbench run scenarios/vllm-priority.yaml --target-url http://HOST:8000 --out reports/fcfs": (
         VLLM_AB
