@@ -15,8 +15,9 @@ runs a matter of minutes. Commit 22a85dd assembles each draw from the runs' time
   minutes (to `--minutes` seconds) so that a short run keeps the fleet's number of blocks
   (a block bootstrap needs at least `MIN_BLOCKS`);
 - `--draws` draws of the new path (`compare._bootstrap` as it is) and the same draws of the
-  baseline, `_bootstrap` as it was before 22a85dd (`Cols.take` of the drawn rows of each arm,
-  then every row's `_value` and `_change`), one seed so both see the same blocks, interleaved
+  baseline, `compare.take_draw`: a draw by its definition, as `_bootstrap` made it before
+  22a85dd (`Cols.take` of the drawn rows of each arm, then every row's `_value` and `_change`),
+  one seed so both see the same blocks, interleaved
   draw by draw in this process (new, then baseline: a one-time cost of the metric code falls
   on the new path's first draw), CPU seconds by `time.process_time` (the machine is shared,
   and CPU time counts the neighbours far less than wall time);
@@ -116,32 +117,6 @@ def bootstrap_arguments(a_dir: Path, b_dir: Path, draws: int, block_s: float) ->
     )
 
 
-def plain_draw(
-    rows: list[Any],
-    pairs: list[Any],
-    names: dict[str, list[str]],
-    rng: np.random.Generator,
-    draws: np.ndarray,
-    d: int,
-) -> None:
-    """Draw `d` of `_bootstrap` as it was before 22a85dd (`git show 22a85dd^:fairbench/decide/
-    compare.py`): the drawn rows copied with `Cols.take`, every row's metric on the copies."""
-    from fairbench.decide.compare import _change, _value
-
-    k = len(pairs)
-    chosen = rng.integers(0, k, k) if k > 1 else np.zeros(1, dtype=np.int64)
-    for j in chosen:
-        pair = pairs[int(j)]
-        blocks = pair.blocks
-        pick = np.concatenate([blocks[i] for i in rng.integers(0, len(blocks), len(blocks))])
-        ta, tb = pair.a.take(pick), pair.b.take(pick)
-        for r, name in enumerate(rows):
-            va, _ = _value(name, ta, pair.a_summary, names)
-            vb, _ = _value(name, tb, pair.b_summary, names)
-            draws[r, d] += _change(name.metric, va, vb)
-    draws[:, d] /= len(chosen)
-
-
 @dataclass
 class Timed:
     """The draws array of one path and the CPU seconds of each of its draws."""
@@ -183,7 +158,7 @@ def time_both(
         nonlocal mark
         new_cpu.append(time.process_time() - mark)
         start = time.process_time()
-        plain_draw(rows, pairs, names, rng, base.draws, done - 1)
+        compare.take_draw(rows, pairs, names, rng, base.draws, done - 1)
         base.cpu_s.append(time.process_time() - start)
         mark = time.process_time()
 

@@ -154,23 +154,12 @@ def _is_set(c: Cols, name: str) -> bool:
 def plain_bootstrap(
     rows: list[Name], pairs: list[Any], names: dict[str, list[str]], resamples: int, seed: int
 ) -> np.ndarray:
-    """`compare._bootstrap` as it was: the drawn rows copied (`Cols.take`), each row's metric
-    computed on the copies."""
+    """`compare._bootstrap`'s draws by the definition (`compare.take_draw`: the drawn rows
+    copied with `Cols.take`, each row's metric computed on the copies)."""
     rng = np.random.default_rng(seed)
-    k = len(pairs)
     draws = np.zeros((len(rows), resamples))
     for d in range(resamples):
-        chosen = rng.integers(0, k, k) if k > 1 else np.zeros(1, dtype=np.int64)
-        for j in chosen:
-            pair = pairs[int(j)]
-            blocks = pair.blocks
-            pick = np.concatenate([blocks[i] for i in rng.integers(0, len(blocks), len(blocks))])
-            ta, tb = pair.a.take(pick), pair.b.take(pick)
-            for r, name in enumerate(rows):
-                va, _ = compare._value(name, ta, pair.a_summary, names)
-                vb, _ = compare._value(name, tb, pair.b_summary, names)
-                draws[r, d] += compare._change(name.metric, va, vb)
-        draws[:, d] /= len(chosen)
+        compare.take_draw(rows, pairs, names, rng, draws, d)
     return draws
 
 
