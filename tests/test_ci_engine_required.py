@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -59,11 +61,16 @@ def _setup_part(run: str) -> str:
     """.ci/run's vLLM setup: the function, its background start, and the wait-and-retry loop
     through the export (the install, the gate and the tests left out)."""
     lines = run.splitlines()
-    start = lines.index("vllm_setup() {")
     end = lines.index('export FAIRBENCH_VLLM_PYTHON="$VLLM_PY"')
     loop = lines.index('VLLM_PY=""')
-    head = lines[start : lines.index("VLLM_SETUP=$!") + 1]
-    return "\n".join(["set -euo pipefail", "mkdir -p .ci-out", *head, *lines[loop : end + 1]])
+    return "\n".join([*_setup_start(lines), *lines[loop : end + 1]])
+
+
+def _setup_start(lines: list[str]) -> list[str]:
+    """.ci/run's lines from the setup's function to the trap that stops it on an early exit."""
+    start = lines.index("vllm_setup() {")
+    trap = next(i for i, line in enumerate(lines) if line.startswith("trap "))
+    return ["set -euo pipefail", "mkdir -p .ci-out", *lines[start : trap + 1]]
 
 
 @pytest.mark.parametrize(
@@ -89,3 +96,30 @@ def test_the_setup_is_waited_for_and_retried_once(
     if rc == 0:
         assert f"engine={shutil.which('python3')}" in proc.stdout, out
         assert "attempt 2" not in out
+
+
+def test_a_failure_before_the_wait_stops_the_setup(tmp_path: Path) -> None:
+    """The gate (or ruff) failing ends .ci/run at once under `set -e`: the setup in the
+    background is stopped with it, not left installing for up to 25 minutes."""
+    run = (Path(__file__).resolve().parents[1] / ".ci" / "run").read_text()
+    script = "\n".join([*_setup_start(run.splitlines()), "sleep 1", "false", "echo unreachable"])
+    (tmp_path / "tests" / "engines").mkdir(parents=True)
+    (tmp_path / "tests" / "engines" / "setup_vllm_cpu.sh").write_text(
+        "echo $$ > pid\nsleep 60\necho done > finished\n"
+    )
+    proc = subprocess.run(
+        ["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=30
+    )
+    assert proc.returncode == 1 and "unreachable" not in proc.stdout
+    pid = int((tmp_path / "pid").read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        raise AssertionError("the background setup outlived the script")
+    assert not (tmp_path / "finished").exists()
