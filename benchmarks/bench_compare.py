@@ -152,7 +152,6 @@ def time_both(
     base = Timed(np.zeros((len(rows), draws)))
     new_cpu: list[float] = []
     rng = np.random.default_rng(seed)  # the baseline's: the same integers as _bootstrap's
-    mark = time.process_time()
 
     def after_draw(done: int, total: int) -> None:
         nonlocal mark

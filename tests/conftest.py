@@ -6,7 +6,9 @@ bound on its own; but a test that measures the machine — a real engine's speed
 simulator (`engine`), a fitted step floor (`quiet`) — needs it to itself, as it had before the
 suite ran in parallel. Such a test takes the machine exclusively: the other worker finishes the
 test it is running and waits until it is done (a readers-writer lock over two files, with a
-turnstile so that a waiting exclusive test is not starved by the other worker's next tests)."""
+turnstile so that a waiting exclusive test is not starved by the other worker's next tests).
+What the lock covers is each test's setup, call and teardown: a module fixture the other worker
+keeps between its tests (a Ray cluster of tests/test_ray.py) stays up, idle, beside it."""
 
 from __future__ import annotations
 
@@ -80,8 +82,9 @@ def plan_factory():  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="session")
 def vllm_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
-    """The real vLLM's python and the tiny random-weight Llama it serves, made once for every
-    engine test (tests/engines/make_tiny_llama.py); skips with the reason where there is no
+    """The real vLLM's python and the tiny random-weight Llama it serves, made once per worker
+    that runs an engine test (tests/engines/make_tiny_llama.py, in its first engine test's
+    setup, so with the machine to itself); skips with the reason where there is no
     engine (see `engine_python`)."""
     from tests.engines.vllm_server import engine_python
 
