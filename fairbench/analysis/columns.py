@@ -19,6 +19,10 @@ from fairbench.analysis import metrics as m
 T = TypeVar("T")
 
 
+# a group dimension's column of codes
+GROUP_COLUMNS = {"class": "cls", "tenant": "tenant", "workload": "workload"}
+
+
 class Cols:
     """Per-request columns of one run (its measurement window) as numpy arrays."""
 
@@ -146,6 +150,11 @@ class Cols:
             order = found.__dict__.get("_by_value")
             if order is not None and which not in self._orders:
                 self._orders[which] = order.astype(np.int32 if len(order) < 2**31 else np.int64)
+
+    def group_mask(self, dim: str, code: int) -> np.ndarray:
+        """The requests in group `code` of `dim` (class, tenant, workload). A bootstrap draw's
+        columns (fairbench.decide.draws) keep each and know its group."""
+        return getattr(self, GROUP_COLUMNS[dim]) == code  # type: ignore[no-any-return]
 
     def memo(self, name: str, mask: np.ndarray | None, make: Callable[[], T]) -> T:
         """`make()` for the group (`mask`; None: the run), kept until `forget` under `name`:

@@ -57,7 +57,7 @@ from fairbench.analysis import censored, registry
 from fairbench.analysis.blocks import unloaded_ns
 from fairbench.analysis.columns import Cols
 from fairbench.analysis.registry import Metric, Name
-from fairbench.decide.draws import BlockSource, DrawCols
+from fairbench.decide.draws import BlockSource
 from fairbench.decide.runs import CompareRefused, RunData, check_comparable, load_run
 
 MIN_PER_ARM = 20  # observations of a row's group in each arm below which no verdict is called
@@ -181,10 +181,7 @@ class _Pair:
 def _mask(c: Cols, name: Name, names: dict[str, list[str]]) -> np.ndarray | None:
     if name.group == "overall":
         return None
-    k = names[name.group].index(name.key or "")
-    if isinstance(c, DrawCols):  # the same mask, made once a draw and known to its `obs`
-        return c.group_mask(name.group, k)
-    return {"class": c.cls, "tenant": c.tenant, "workload": c.workload}[name.group] == k
+    return c.group_mask(name.group, names[name.group].index(name.key or ""))
 
 
 def _value(

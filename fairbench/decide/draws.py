@@ -34,9 +34,8 @@ from typing import Any
 import numpy as np
 
 from fairbench.analysis import censored
-from fairbench.analysis.columns import Cols
+from fairbench.analysis.columns import GROUP_COLUMNS, Cols
 
-_CODES = {"class": "cls", "tenant": "tenant", "workload": "workload"}  # a group's column
 _LATENCIES = ("ttft", "e2e", "tpot")  # what `Cols.obs` reads: `{which}_t`, `_o`, `_x`
 Group = tuple[str, int]  # ("overall", -1), or a dimension and its code
 OVERALL: Group = ("overall", -1)
@@ -166,7 +165,7 @@ class BlockSource:
         else:
             whole = self.layout(which, OVERALL)
             rows, order = self._overall[which]
-            found = whole.within(getattr(self.cols, _CODES[dim])[rows] == code, order)
+            found = whole.within(getattr(self.cols, GROUP_COLUMNS[dim])[rows] == code, order)
         self._layouts[key] = found
         return found
 
@@ -216,7 +215,7 @@ class DrawCols(Cols):
         group = (dim, code)
         mask = self._masks.get(group)
         if mask is None:
-            mask = self._masks[group] = getattr(self, _CODES[dim]) == code
+            mask = self._masks[group] = super().group_mask(dim, code)
             self._groups[id(mask)] = group
         return mask
 
