@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -54,6 +55,7 @@ STAGES = (
     ("plan (materialize)", "fairbench.run.measure", "materialize"),
     ("jobs (plan_jobs)", "fairbench.targets.sim", "plan_jobs"),
     ("records: job fields", "fairbench.targets.sim", "job_fields"),
+    ("records: fields_from", "fairbench.targets.sim", "fields_from"),
     ("records: columns", "fairbench.targets.sim", "columns_of"),
     ("records: Arrow table", "fairbench.run.measure", "records_table"),
     ("accounting", "fairbench.pipeline", "check_accounting"),
@@ -131,21 +133,30 @@ def one_run(policy: str, minutes: float, out: Path, stages: bool = False) -> dic
     data["scheduler"]["policy"] = policy
     data["analysis"] = {"isolation": "off"}
     scn = parse_scenario(data, str(FLEET), FLEET.parent)
-    engine = {"s": 0.0, "cpu_s": 0.0, "kernel_s": 0.0, "steps": 0}
-    simulate = sim_target.simulate
+    engine: dict[str, Any] = {"s": 0.0, "cpu_s": 0.0, "kernel_s": 0.0, "steps": 0, "ran": []}
+    from reference_scheduler.drivers import compiled
 
-    def timed(*args: object, **kwargs: object) -> object:
-        t, c, k = time.perf_counter(), time.process_time(), _kernel_s()
-        try:
-            result = simulate(*args, **kwargs)  # type: ignore[arg-type]
-            engine["steps"] += result.steps  # engine iterations over all replicas
-            return result
-        finally:
-            engine["s"] += time.perf_counter() - t
-            engine["cpu_s"] += time.process_time() - c
-            engine["kernel_s"] += _kernel_s() - k
+    def wrap(owner: Any, name: str, label: str) -> None:
+        """Time `owner.name`, the simulator's entry: the Python engine's `simulate` that
+        run_sim calls, or the compiled driver's `simulate_columns`."""
+        inner = getattr(owner, name)
 
-    sim_target.simulate = timed  # type: ignore[assignment]
+        def timed(*args: object, **kwargs: object) -> object:
+            t, c, k = time.perf_counter(), time.process_time(), _kernel_s()
+            try:
+                result = inner(*args, **kwargs)
+                engine["steps"] += result.steps  # engine iterations over all replicas
+                engine["ran"].append(label)
+                return result
+            finally:
+                engine["s"] += time.perf_counter() - t
+                engine["cpu_s"] += time.process_time() - c
+                engine["kernel_s"] += _kernel_s() - k
+
+        setattr(owner, name, timed)
+
+    wrap(sim_target, "simulate", "python")
+    wrap(compiled, "simulate_columns", "compiled")
     spent = time_stages() if stages else {}
     imported_cpu = time.process_time() - cpu0
     outcome = run_scenario(scn, RunOptions(out=out / policy, progress=False))
@@ -170,15 +181,42 @@ def one_run(policy: str, minutes: float, out: Path, stages: bool = False) -> dic
         "engine_cpu_s": engine["cpu_s"],
         "kernel_s": _kernel_s(),
         "steps": engine["steps"],
+        "simulator": "+".join(dict.fromkeys(engine["ran"])),
         "rss_mb": peak_rss_mb(),
     }
 
 
-def sim_speed(policies: list[str], minutes: float, stages: bool = False) -> None:
+def sim_speed(
+    policies: list[str], minutes: float, stages: bool = False, engine: str = "auto"
+) -> None:
     rows = []
     stage_cols: dict[str, dict[str, float]] = {}
     base = None
+    env = {**os.environ, "FAIRBENCH_SIM_ENGINE": engine}
     with tempfile.TemporaryDirectory() as tmp:
+        # The compiled simulator is machine code made by numba on its first use and cached on
+        # disk (reference_scheduler/drivers/compiled.py): a short run first, untimed, so each
+        # policy's run below measures the simulation, not a compiler that runs once per install.
+        started = time.perf_counter()
+        subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--one",
+                policies[0],
+                "--minutes",
+                "0.05",
+                "--out",
+                f"{tmp}/warm",
+            ],
+            capture_output=True,
+            check=True,
+            env=env,
+        )
+        print(
+            f"first use (a 3-second run; compiles the simulator if not cached): "
+            f"{time.perf_counter() - started:.1f} s wall"
+        )
         for name in policies:
             proc = subprocess.run(
                 [sys.executable, __file__, "--one", name, "--minutes", str(minutes), "--out", tmp]
@@ -186,6 +224,7 @@ def sim_speed(policies: list[str], minutes: float, stages: bool = False) -> None
                 capture_output=True,
                 text=True,
                 check=True,
+                env=env,
             )
             r = json.loads(proc.stdout.strip().splitlines()[-1])
             stage_cols[name] = {
@@ -199,6 +238,7 @@ def sim_speed(policies: list[str], minutes: float, stages: bool = False) -> None
             rows.append(
                 [
                     name,
+                    r["simulator"],
                     f"{r['requests']:,}",
                     f"{r['wall_s']:.1f}",
                     f"{speed:,.0f}",
@@ -222,6 +262,7 @@ def sim_speed(policies: list[str], minutes: float, stages: bool = False) -> None
         f"fleet-80 end to end: {minutes:g} simulated min, 3,200 req/s, 80 replicas, one core",
         [
             "policy",
+            "simulator",
             "requests",
             "wall s",
             "req/s",
@@ -306,6 +347,12 @@ def main() -> None:
     parser.add_argument("--depth-max", type=int, default=1_000_000)
     parser.add_argument("--skip-sim", action="store_true")
     parser.add_argument("--stages", action="store_true", help="CPU s per stage outside the engine")
+    parser.add_argument(
+        "--engine",
+        choices=("auto", "python", "compiled"),
+        default="auto",
+        help="the simulator (FAIRBENCH_SIM_ENGINE): compiled where it applies, or one of the two",
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)  # the child: one policy's run
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -313,7 +360,7 @@ def main() -> None:
         print(json.dumps(one_run(args.one, args.minutes, args.out, args.stages)))
         return
     if not args.skip_sim:
-        sim_speed(args.policies.split(","), args.minutes, args.stages)
+        sim_speed(args.policies.split(","), args.minutes, args.stages, args.engine)
     depths = [d for d in (100, 1_000, 10_000, 100_000, 1_000_000) if d <= args.depth_max]
     decision_cost(["fifo", "dwrr", "wfq", "vtc", "sfq", "three-tier"], depths)
     finish()

@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from fairbench.plan.model import ENDPOINTS, Plan
+from fairbench.targets.sim_compiled import compiled_fields, use_compiled
 from fairbench.workload.models import Scenario
 from reference_scheduler.core.job import Job, ttft_parts
 from reference_scheduler.core.prefix_cache import salted
@@ -292,6 +293,7 @@ def _last_token_column(
 
 def _itl_max(
     result: SimResult,
+    job_at: Callable[[int], Job],
     eligible: np.ndarray,
     preempted: np.ndarray,
     replica: np.ndarray,
@@ -305,7 +307,7 @@ def _itl_max(
     as much as the rest of the stage."""
     out = np.full(len(eligible), -1, dtype=np.int64)
     for i in np.flatnonzero(eligible & preempted).tolist():
-        times = result.token_times(result.jobs[i])
+        times = result.token_times(job_at(i))
         out[i] = int(np.diff(times).max()) if len(times) > 1 else -1
     for r, idx in _by_replica(replica, np.flatnonzero(eligible & ~preempted & (first_step >= 0))):
         out[idx] = decode_itl_max(result.decode_ends[r], first_step[idx], served[idx], first[idx])
@@ -335,13 +337,36 @@ def job_fields(
     times): once it is taken, the jobs can go before the columns are built (`run_sim` drops
     them: at fleet size they are 960 MB, and the columns 600 MB more, issue 35)."""
     jobs, n = result.jobs, len(result.jobs)
+    raw = _int_fields(jobs)
+    status_of = np.fromiter(map(operator.attrgetter("status"), jobs), dtype=object, count=n)
+    retry = np.fromiter(map(operator.attrgetter("retry_after_s"), jobs), dtype=np.float64, count=n)
+    preempted = np.fromiter(map(bool, map(operator.attrgetter("segments"), jobs)), bool, n)
+    return fields_from(
+        result, jobs.__getitem__, plan, raw, status_of, retry, preempted, timeout_ns, stop_ns
+    )
+
+
+def fields_from(
+    result: SimResult,
+    job_at: Callable[[int], Job],
+    plan: Plan,
+    raw: dict[str, np.ndarray],
+    status_of: np.ndarray,
+    retry: np.ndarray,
+    preempted: np.ndarray,
+    timeout_ns: int | None,
+    stop_ns: int | None,
+) -> dict[str, Any]:
+    """`job_fields` from the jobs' `_INT_FIELDS` (`raw`), statuses (Job.status strings),
+    `retry_after_s` and whether each was ever preempted (has segments); `job_at(i)` gives job
+    i for the few read one by one (preempted, or cut off mid-stream), and `result` their token
+    times (its `decode_ends`). The compiled simulator (sim_compiled.py) has no Job per request
+    and comes in here with its columns."""
+    n = len(status_of)
     never = 1 << 62
     stop = never if stop_ns is None else stop_ns
     sent = np.asarray(plan.columns["offset_ns"], dtype=np.int64)
-    raw = _int_fields(jobs)
-    status_of = np.fromiter(map(operator.attrgetter("status"), jobs), dtype=object, count=n)
     rejected, finished = status_of == "rejected", status_of == "finished"
-    retry = np.fromiter(map(operator.attrgetter("retry_after_s"), jobs), dtype=np.float64, count=n)
     done, first, served = raw["done_ns"], raw["first_token_ns"], raw["max_tokens"]
     deadline = sent + timeout_ns if timeout_ns is not None else np.full(n, never, np.int64)
     cut = np.minimum(deadline, stop)
@@ -350,23 +375,23 @@ def job_fields(
     cut_short = open_ & (cut < never)  # timeout or cancelled at the cut, per job below
     left = open_ & (cut >= never)  # never ended: the simulation left it
     # the last token: one index per never-preempted job; the preempted through token_times
-    preempted = np.fromiter(map(bool, map(operator.attrgetter("segments"), jobs)), bool, n)
     last = np.zeros(n, np.int64)
     has_last = ok & (first >= 0) & (served != 0)
     plain = np.flatnonzero(has_last & ~preempted)
     last[plain] = first[plain]  # no decode step: the first token is the last
     replica, first_step = raw["replica"], raw["first_step"]
     _last_token_column(result, last, plain, replica, first_step, served)
-    itl = _itl_max(result, finished & (served >= 2), preempted, replica, first_step, first, served)
+    eligible = finished & (served >= 2)
+    itl = _itl_max(result, job_at, eligible, preempted, replica, first_step, first, served)
     for i in np.flatnonzero(ok & preempted).tolist():
-        value = _last_token_ns(result, jobs[i])
+        value = _last_token_ns(result, job_at(i))
         has_last[i] = value is not None
         last[i] = value or 0
     seen_at_cut = {
-        i: _seen(result, jobs[i], int(cut[i])) for i in np.flatnonzero(cut_short).tolist()
+        i: _seen(result, job_at(i), int(cut[i])) for i in np.flatnonzero(cut_short).tolist()
     }
     left_status = {i: status_of[i] for i in np.flatnonzero(left).tolist()}
-    del status_of, jobs
+    del status_of
     return {
         "n": n,
         "end_ns": result.end_ns,
@@ -548,6 +573,9 @@ def run_sim(
     block_size = config.spec.block_size if config.prefix_caching else None
     timeout_ns, stop_ns = cut_offs(plan, scn)
     delay_ns = round(config.profile.request_overhead_ms * 1e6)
+    if columns and use_compiled(config):  # the same records, no Job per request
+        fields, steps = compiled_fields(plan, scn, config, timeout_ns, stop_ns, delay_ns, progress)
+        return columns_of(fields, plan), _info(config, steps, {})
     with collector_paused():
         result = simulate(
             plan_jobs(plan, scn, block_size, delay_ns),
@@ -558,22 +586,7 @@ def run_sim(
             stop_ns=stop_ns,
             progress=progress,
         )
-        info: dict[str, Any] = {
-            "kind": "sim",
-            "policy": str(config.spec.policy),
-            "profile": config.profile.name,
-            "request_overhead_ms": str(config.profile.request_overhead_ms),
-            "front_end_core_ms": str(config.profile.front_end_core_ms),
-            "idle_wake_ms": str(config.profile.idle_wake_ms),
-            "replicas": str(config.replicas),
-            "steps": str(result.steps),
-        }
-        if config.warnings:
-            info["warnings"] = list(config.warnings)
-        if result.control:  # the control loops' actions (reference_scheduler/.../control.py)
-            info["control_actions"] = {
-                f"{loop}/{act}": n for (loop, act), n in result.control.items()
-            }
+        info = _info(config, result.steps, result.control)
         if columns:  # the jobs go once read, before the columns are built (job_fields)
             fields = job_fields(result, plan, timeout_ns, stop_ns)
             del result
@@ -582,3 +595,23 @@ def run_sim(
             rows = records_from(result, plan, timeout_ns, stop_ns)
             del result  # the jobs go before the collector is back: it would walk them all once
     return rows, info
+
+
+def _info(config: Any, steps: int, control: dict[tuple[str, str], int]) -> dict[str, Any]:
+    """The run's target info: the set-up, the steps run, the scheduler's warnings and the
+    control loops' actions (reference_scheduler/.../control.py) if any."""
+    info: dict[str, Any] = {
+        "kind": "sim",
+        "policy": str(config.spec.policy),
+        "profile": config.profile.name,
+        "request_overhead_ms": str(config.profile.request_overhead_ms),
+        "front_end_core_ms": str(config.profile.front_end_core_ms),
+        "idle_wake_ms": str(config.profile.idle_wake_ms),
+        "replicas": str(config.replicas),
+        "steps": str(steps),
+    }
+    if config.warnings:
+        info["warnings"] = list(config.warnings)
+    if control:
+        info["control_actions"] = {f"{loop}/{act}": n for (loop, act), n in control.items()}
+    return info

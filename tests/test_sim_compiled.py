@@ -1,0 +1,301 @@
+"""The compiled simulator (reference_scheduler/drivers/compiled.py) is the Python engine's
+run, field for field: every job's timings and status, every replica's decode-step end times,
+the step count and the end time, across the configurations it covers (issue 35). And a run
+through `fairbench.targets.sim` gives the same records on either simulator."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from fairbench.plan.materialize import materialize
+from fairbench.targets.sim import run_sim
+from fairbench.targets.sim_compiled import SimEngineError, use_compiled
+from fairbench.workload.loading import parse_scenario
+from reference_scheduler.core.job import Job
+from reference_scheduler.drivers import compiled
+from reference_scheduler.drivers.virtual import simulate
+from reference_scheduler.scheduler.config import parse_scheduler_config
+
+pytest.importorskip("numba")
+
+TENANTS = ("a", "b", "c")
+WEIGHTS = np.array([2.0, 1.0, 0.5])
+FIELDS = (
+    "replica",
+    "admit_ns",
+    "first_token_ns",
+    "done_ns",
+    "first_step",
+    "last_step",
+    "backlog_ns",
+    "passed_over_ns",
+    "wait_since_ns",
+    "reject_code",
+    "generated",
+)
+
+
+def _workload(n: int, seed: int, rate_per_s: float) -> dict[str, np.ndarray]:
+    """Poisson arrivals from three tenants, a mix of chats, long prompts and embeddings
+    (no output), and a few requests too long for the engine (refused)."""
+    rng = np.random.default_rng(seed)
+    arrival = np.cumsum(rng.exponential(1e9 / rate_per_s, n)).astype(np.int64)
+    arrival[5:9] = arrival[4]  # simultaneous arrivals
+    tenant = rng.choice(3, n, p=[0.6, 0.3, 0.1])
+    prompt = rng.integers(1, 900, n)
+    prompt[tenant == 2] = rng.integers(2000, 6000, int((tenant == 2).sum()))
+    outs = rng.integers(0, 300, n)
+    outs[rng.random(n) < 0.1] = 0
+    outs[rng.random(n) < 0.05] = 1
+    prompt[rng.random(n) < 0.01] = 500_000  # beyond the KV pool: refused with a 400
+    return {"arrival": arrival, "tenant": tenant, "prompt": prompt, "outs": outs}
+
+
+def _python(w: dict[str, np.ndarray], config: Any, timeout_ns: int | None, stop_ns: int) -> Any:
+    jobs = [
+        Job(i, TENANTS[t], "interactive", int(p), int(o), int(a), float(WEIGHTS[t]))
+        for i, (a, t, p, o) in enumerate(
+            zip(w["arrival"], w["tenant"], w["prompt"], w["outs"], strict=True)
+        )
+    ]
+    return simulate(jobs, config, timeout_ns=timeout_ns, stop_ns=stop_ns)
+
+
+def _compiled(w: dict[str, np.ndarray], config: Any, timeout_ns: int | None, stop_ns: int, **kw):
+    return compiled.simulate_columns(
+        w["prompt"],
+        w["outs"],
+        w["arrival"],
+        w["tenant"],
+        WEIGHTS,
+        list(TENANTS),
+        config,
+        timeout_ns=timeout_ns,
+        stop_ns=stop_ns,
+        **kw,
+    )
+
+
+def assert_same(py: Any, co: compiled.CompiledResult) -> None:
+    for name in FIELDS:
+        np.testing.assert_array_equal(py.column(name), getattr(co, name), err_msg=name)
+    status = np.array([compiled.STATUS_NAMES.index(j.status) for j in py.jobs])
+    np.testing.assert_array_equal(status, co.status, err_msg="status")
+    segments = [
+        [
+            (
+                int(co.seg_replica[i]),
+                int(co.seg_lead_ns[i]),
+                int(co.seg_first[i]),
+                int(co.seg_count[i]),
+            )
+        ]
+        if co.seg_replica[i] >= 0
+        else []
+        for i in range(len(py.jobs))
+    ]
+    assert [list(j.segments) for j in py.jobs] == segments
+    assert len(py.decode_ends) == len(co.decode_ends)
+    for r, (a, b) in enumerate(zip(py.decode_ends, co.decode_ends, strict=True)):
+        np.testing.assert_array_equal(a, b, err_msg=f"decode ends of replica {r}")
+    assert (py.steps, py.end_ns) == (co.steps, co.end_ns)
+
+
+CASES = {
+    # name: (scheduler block, requests/s, timeout s or None, stop s)
+    "fifo-3": ({"policy": "fifo", "replicas": 3}, 60, 4.0, 30),
+    "vtc-3": ({"policy": "vtc", "replicas": 3}, 60, 4.0, 30),
+    "lcf-2": ({"policy": "lcf", "replicas": 2}, 60, None, 30),
+    "vtc-1-overload": ({"policy": "vtc"}, 150, 2.0, 20),
+    "fifo-1-no-timeout": ({"policy": "fifo"}, 40, None, 25),
+    "vtc-weights": (
+        {"policy": {"name": "vtc", "weights": {"a": 1, "c": 4}, "output_price": 3}, "replicas": 2},
+        80,
+        5.0,
+        25,
+    ),
+    "vtc-small-engine": (
+        {
+            "policy": "vtc",
+            "replicas": 4,
+            "max_num_seqs": 8,
+            "max_num_batched_tokens": 1024,
+            "kv_cache_tokens": 40_000,
+            "admit_every": 3,
+        },
+        40,
+        6.0,
+        30,
+    ),
+    "fifo-no-chunking": ({"policy": "fifo", "replicas": 2, "chunked_prefill": False}, 50, 5.0, 25),
+    "vtc-front-end-and-wake": (
+        {
+            "policy": "vtc",
+            "profile": {
+                "a": 1.0,
+                "b": 0.02,
+                "c": 6.5e-7,
+                "floor": 6.0,
+                "d": 6.8,
+                "e": 0.01,
+                "f": 5.2e-5,
+                "kv_cache_tokens": 400_000,
+                "front_end_core_ms": 0.7,
+                "idle_wake_ms": 3.0,
+                "idle_after_ms": 20.0,
+                "mixed_step": "sum",
+            },
+        },
+        30,
+        5.0,
+        25,
+    ),
+    "fifo-front-end-fleet": (
+        {
+            "policy": "fifo",
+            "replicas": 3,
+            "profile": {
+                "a": 2.0,
+                "b": 0.03,
+                "d": 7.0,
+                "e": 0.02,
+                "f": 1e-4,
+                "kv_cache_tokens": 200_000,
+                "front_end_core_ms": 0.5,
+                "idle_wake_ms": 2.0,
+            },
+        },
+        80,
+        None,
+        20,
+    ),
+    "vtc-constant-step": (
+        {
+            "policy": "vtc",
+            "replicas": 2,
+            "profile": {"constant_step_ms": 9.5, "kv_cache_tokens": 100_000},
+        },
+        60,
+        3.0,
+        20,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_compiled_is_the_python_engine(case: str) -> None:
+    block, rate, timeout_s, stop_s = CASES[case]
+    config = parse_scheduler_config(block)
+    assert compiled.supported(config) is None
+    w = _workload(int(rate * stop_s * 0.8), seed=len(case), rate_per_s=rate)
+    timeout_ns = None if timeout_s is None else int(timeout_s * 1e9)
+    stop_ns = int(stop_s * 1e9)
+    py = _python(w, config, timeout_ns, stop_ns)
+    co = _compiled(w, config, timeout_ns, stop_ns)
+    assert_same(py, co)
+    # the cases reach what they are for: refusals, and cancellations when timed out
+    assert (co.status == compiled.REJECTED).any()
+    if timeout_s is not None and "overload" in case:
+        assert (co.seg_replica >= 0).any() and (co.status == compiled.CANCELLED).sum() > 50
+
+
+def test_slices_and_log_growth_change_nothing() -> None:
+    """The loop returns to Python every few events and when its decode-step log is full,
+    and resumes exactly where it stopped."""
+    config = parse_scheduler_config({"policy": "vtc", "replicas": 3})
+    w = _workload(1500, seed=3, rate_per_s=60)
+    whole = _compiled(w, config, int(4e9), int(30e9))
+    told: list[tuple[int, int]] = []
+    sliced = _compiled(
+        w,
+        config,
+        int(4e9),
+        int(30e9),
+        slice_events=7,
+        log_room=16,
+        progress=lambda ended, now: told.append((ended, now)),
+    )
+    assert_same(_python(w, config, int(4e9), int(30e9)), sliced)
+    for name in FIELDS:
+        np.testing.assert_array_equal(getattr(whole, name), getattr(sliced, name))
+    assert len(told) > 100 and told[-1] == (1500, sliced.end_ns)
+    assert all(a <= b for a, b in itertools.pairwise(told))
+
+
+@pytest.mark.parametrize(
+    ("block", "why"),
+    [
+        ({"policy": "dwrr"}, "policy dwrr"),
+        ({"policy": "fifo", "step_noise_cv": 0.1}, "step noise"),
+        ({"policy": "vtc", "prefix_cache": {"blocks": 64}}, "prefix_cache"),
+        ({"policy": "fifo", "preemption": {"mode": "recompute"}}, "preemption"),
+        ({"policy": "fifo", "admission": {"max_queue": 10}}, "admission"),
+    ],
+)
+def test_what_it_does_not_cover_is_named(block: dict[str, Any], why: str) -> None:
+    config = parse_scheduler_config(block)
+    assert why in (compiled.supported(config) or "")
+    with pytest.raises(ValueError, match=why):
+        _compiled(_workload(10, 1, 10), config, None, int(1e9))
+
+
+def _records(path: str, engine: str, monkeypatch: pytest.MonkeyPatch, **sets: Any) -> Any:
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    for key, value in sets.items():
+        section, name = key.split("__")
+        data.setdefault(section, {})[name] = value
+    scn = parse_scenario(data, path, Path(path).parent)
+    monkeypatch.setenv("FAIRBENCH_SIM_ENGINE", engine)
+    return run_sim(materialize(scn), scn, columns=True)
+
+
+@pytest.mark.parametrize(
+    ("path", "sets"),
+    [
+        ("scenarios/vtc-overload.yaml", {}),  # timeouts mid-stream, cancelled at the grace
+        ("scenarios/incident-fifo.yaml", {}),
+        ("scenarios/fleet-80.yaml", {"run__duration": 4, "run__warmup": 1, "run__cooldown": 1,
+                                     "scheduler__policy": "lcf"}),
+    ],
+)  # fmt: skip
+def test_a_run_records_the_same_on_either_simulator(
+    path: str, sets: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    py_columns, py_info = _records(path, "python", monkeypatch, **sets)
+    co_columns, co_info = _records(path, "compiled", monkeypatch, **sets)
+    assert py_info == co_info
+    assert list(py_columns) == list(co_columns)
+    for name, (values, nulls) in py_columns.items():
+        other, other_nulls = co_columns[name]
+        if isinstance(values, np.ndarray):
+            np.testing.assert_array_equal(values, other, err_msg=name)
+            assert values.dtype == other.dtype, name
+        elif hasattr(values, "equals"):
+            assert values.equals(other), name
+        else:
+            assert values == other, name
+        if nulls is None:
+            assert other_nulls is None, name
+        else:
+            np.testing.assert_array_equal(nulls, other_nulls, err_msg=name)
+
+
+def test_the_simulator_choice_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    vtc, dwrr = parse_scheduler_config({"policy": "vtc"}), parse_scheduler_config({})
+    monkeypatch.setenv("FAIRBENCH_SIM_ENGINE", "fast")
+    with pytest.raises(SimEngineError, match="FAIRBENCH_SIM_ENGINE='fast': not a simulator"):
+        use_compiled(vtc)
+    monkeypatch.setenv("FAIRBENCH_SIM_ENGINE", "compiled")
+    assert use_compiled(vtc)
+    with pytest.raises(SimEngineError, match=r"needs the Python engine \(policy dwrr\)"):
+        use_compiled(dwrr)
+    monkeypatch.setenv("FAIRBENCH_SIM_ENGINE", "python")
+    assert not use_compiled(vtc)
+    monkeypatch.delenv("FAIRBENCH_SIM_ENGINE")
+    assert use_compiled(vtc) and not use_compiled(dwrr)
