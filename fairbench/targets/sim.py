@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from fairbench.plan.model import ENDPOINTS, Plan
-from fairbench.targets.sim_compiled import compiled_fields, use_compiled
+from fairbench.targets.sim_compiled import simulate_plan, use_compiled
 from fairbench.workload.models import Scenario
 from reference_scheduler.core.job import Job, ttft_parts
 from reference_scheduler.core.prefix_cache import salted
@@ -574,7 +574,20 @@ def run_sim(
     timeout_ns, stop_ns = cut_offs(plan, scn)
     delay_ns = round(config.profile.request_overhead_ms * 1e6)
     if columns and use_compiled(config):  # the same records, no Job per request
-        fields, steps = compiled_fields(plan, scn, config, timeout_ns, stop_ns, delay_ns, progress)
+        run = simulate_plan(plan, scn, config, timeout_ns, stop_ns, delay_ns, progress)
+        fields = fields_from(
+            run.view,
+            run.job_at,
+            plan,
+            run.raw,
+            run.status_of,
+            run.retry,
+            run.preempted,
+            timeout_ns,
+            stop_ns,
+        )
+        steps = run.steps
+        del run
         return columns_of(fields, plan), _info(config, steps, {})
     with collector_paused():
         result = simulate(

@@ -1,5 +1,5 @@
 """The `sim` target on the compiled simulator (reference_scheduler/drivers/compiled.py): the
-plan's columns in, `sim.job_fields`' arrays out, with no Job object per request.
+plan's columns in, what `sim.fields_from` reads of a run out, with no Job object per request.
 
 Why (issue 35): at fleet size the Python engine's steps were 14 CPU s of a 39 s run, and making
 the 1.9M Job objects and reading their fields back 6 more. The records are the same, value for
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -55,7 +55,23 @@ def use_compiled(config: SchedulerConfig) -> bool:
     return why is None
 
 
-def compiled_fields(
+@dataclass(frozen=True)
+class CompiledRun:
+    """A plan simulated on the compiled driver, as `sim.fields_from` takes a run: `raw` the
+    jobs' `sim._INT_FIELDS`, their statuses (Job.status strings), `retry_after_s`, whether each
+    has a decode segment (Job.segments), job i on demand for the few read one by one, and the
+    decode-step end times (`view`)."""
+
+    view: SimResult
+    job_at: Callable[[int], Job]
+    raw: dict[str, np.ndarray]
+    status_of: np.ndarray
+    retry: np.ndarray
+    preempted: np.ndarray
+    steps: int
+
+
+def simulate_plan(
     plan: Plan,
     scn: Scenario,
     config: SchedulerConfig,
@@ -63,12 +79,10 @@ def compiled_fields(
     stop_ns: int | None,
     delay_ns: int,
     progress: Callable[[int, int], None] | None = None,
-) -> tuple[dict[str, Any], int]:
-    """`sim.job_fields` of the plan simulated on the compiled driver, and the steps run.
-    The engine's clock is the plan's shifted by `delay_ns` (the profile's request overhead),
-    and a job times out `timeout_ns - delay_ns` after its arrival there, as `run_sim` does."""
-    from fairbench.targets.sim import fields_from
-
+) -> CompiledRun:
+    """The plan simulated on the compiled driver. The engine's clock is the plan's shifted by
+    `delay_ns` (the profile's request overhead), and a job times out `timeout_ns - delay_ns`
+    after its arrival there, as `sim.run_sim` does with the Python engine."""
     c = plan.columns
     weights = {t.id: t.weight for t in scn.tenants}
     arrival = np.asarray(c["offset_ns"], dtype=np.int64) + delay_ns
@@ -79,6 +93,8 @@ def compiled_fields(
         c["tenant"],
         np.array([weights[name] for name in plan.tenants], dtype=np.float64),
         list(plan.tenants),
+        c["slo_class"],
+        list(plan.slo_classes),
         config,
         timeout_ns=None if timeout_ns is None else max(0, timeout_ns - delay_ns),
         stop_ns=stop_ns,
@@ -106,21 +122,15 @@ def compiled_fields(
         "replica": result.replica,
         "first_step": result.first_step,
     }
-    status_of = np.array(compiled.STATUS_NAMES, dtype=object)[result.status]
-    segmented = result.seg_replica >= 0  # cancelled while decoding: one segment (Job.segments)
-    view = SimResult([], result.decode_ends, result.end_ns, result.steps, None)
-    fields = fields_from(
-        view,
-        lambda i: _job(result, plan, i),
-        plan,
-        raw,
-        status_of,
-        np.zeros(n, dtype=np.float64),  # retry_after_s: no admission limits here
-        segmented,
-        timeout_ns,
-        stop_ns,
+    return CompiledRun(
+        view=SimResult([], result.decode_ends, result.end_ns, result.steps, None),
+        job_at=lambda i: _job(result, plan, i),
+        raw=raw,
+        status_of=np.array(compiled.STATUS_NAMES, dtype=object)[result.status],
+        retry=np.zeros(n, dtype=np.float64),  # retry_after_s: no admission limits here
+        preempted=result.seg_replica >= 0,  # cancelled while decoding: one segment
+        steps=result.steps,
     )
-    return fields, result.steps
 
 
 def _job(result: compiled.CompiledResult, plan: Plan, i: int) -> Job:

@@ -30,37 +30,56 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from reference_scheduler.drivers.compiled_codes import (
+    CANCELLED,
+    DWRR,
+    FIFO,
+    FINISHED,
+    LCF,
+    N_STATE,
+    NEVER,
+    REJECTED,
+    RUNNING,
+    S_ENDED,
+    S_IDLE,
+    S_LOG,
+    S_NOW,
+    STATUS_NAMES,
+    VTC,
+    WAITING,
+)
 from reference_scheduler.scheduler.config import SchedulerConfig
 
-NEVER = 1 << 62
-# job status codes (Job.status): the order of STATUS_NAMES
-WAITING, RUNNING, FINISHED, REJECTED, CANCELLED = 0, 1, 2, 3, 4
-STATUS_NAMES = ("waiting", "running", "finished", "rejected", "cancelled")
-FIFO, VTC, LCF = 0, 1, 2
-_KINDS = {"fifo": FIFO, "vtc": VTC, "lcf": LCF}
+__all__ = [
+    "CANCELLED",
+    "FINISHED",
+    "REJECTED",
+    "RUNNING",
+    "STATUS_NAMES",
+    "WAITING",
+    "CompiledResult",
+    "simulate_columns",
+    "supported",
+]
+_DWRR_COSTS = ("tokens", "weighted-tokens", "prompt", "requests")  # core.policy.COSTS
 
-# the loop's scalar state, one int64 each in `state` (indices)
-(
-    S_I,  # next arrival
-    S_D,  # next job whose timeout is due
-    S_NOW,
-    S_EVENTS,
-    S_ENDED,
-    S_SEQ,  # submissions so far (Job.seq)
-    S_WAITING,  # jobs in the policy (admission.waiting == len(policy))
-    S_RUN,  # size of the running heap
-    S_IDLE,  # size of the idle heap
-    S_FRESH,  # jobs arrived since the last admission pass
-    S_LAST_LEFT,  # VTC: the tenant that left the backlog last (-1: none)
-    S_SEEN,  # VTC: tenants seen so far (first-seen order)
-    S_LOG,  # decode-step log entries used
-    S_DONE,  # 1 when the run ended
-    S_GRANTED,
-) = range(15)
-N_STATE = 15
+
+@dataclass(frozen=True)
+class _Layout:
+    """The policy as the loop runs it: tiers (one when not tiered), each with a child."""
+
+    tiered: bool
+    children: list[Any]  # each tier's child policy object (the configuration's own)
+    kinds: list[int]  # each tier's child kind
+    tier_by_class: dict[str, int]
+    last: int  # the tier of a class no tier names
+    floor_slots: list[float]
+    lend_slots: list[float]
+    charging: bool  # the policy charges service (Engine._uses_charge)
 
 
 def supported(config: SchedulerConfig) -> str | None:
@@ -75,8 +94,9 @@ def supported(config: SchedulerConfig) -> str | None:
             why.append(name)
     if spec.step_noise_cv > 0:
         why.append("step noise")
-    if _policy_kind(config) is None:
-        why.append(f"policy {spec.policy}")
+    layout = _layout(config)
+    if isinstance(layout, str):
+        why.append(layout)
     try:
         import numba  # noqa: F401
     except ImportError:
@@ -84,13 +104,102 @@ def supported(config: SchedulerConfig) -> str | None:
     return ", ".join(why) or None
 
 
-def _policy_kind(config: SchedulerConfig) -> int | None:
+def _child_kind(child: Any) -> int | None:
+    """A tier's child as the loop knows it: exact types (a subclass may change anything)."""
+    from reference_scheduler.policies.dwrr import Dwrr
     from reference_scheduler.policies.fifo import Fifo
     from reference_scheduler.policies.vtc import Lcf, Vtc
 
+    kind = {Fifo: FIFO, Vtc: VTC, Lcf: LCF}.get(type(child))
+    if kind is not None:
+        return kind
+    if type(child) is Dwrr:  # by tenant, over FIFO queues, a cost the loop knows
+        config = child._config
+        ok = config["key"] == "tenant" and config["cost"] in _DWRR_COSTS
+        if ok and type(child._child()) is Fifo:
+            return DWRR
+    return None
+
+
+def _layout(config: SchedulerConfig) -> _Layout | str:
+    """The policy's layout, or why the loop cannot run it."""
+    from reference_scheduler.policies.tiered import Tiered
+
     policy = config.policy_factory()
-    kind = {Fifo: FIFO, Vtc: VTC, Lcf: LCF}.get(type(policy))  # exact types: no subclasses
-    return kind
+    policy.bind(config.replicas * config.profile.max_num_seqs)  # as Engine does
+    tiered = type(policy) is Tiered
+    children = list(policy.children) if tiered else [policy]
+    kinds = [_child_kind(child) for child in children]
+    if any(kind is None for kind in kinds):
+        return f"policy {config.spec.policy}"
+    return _Layout(
+        tiered=tiered,
+        children=children,
+        kinds=kinds,  # type: ignore[arg-type]
+        tier_by_class=dict(policy._tier_by_class) if tiered else {},
+        last=policy._last if tiered else 0,
+        floor_slots=list(policy._floor_slots) if tiered else [0.0],
+        lend_slots=list(policy._lend_slots) if tiered else [0.0],
+        charging=bool(getattr(policy, "uses_charge", True)),
+    )
+
+
+def _policy_config(
+    layout: _Layout,
+    prompt: np.ndarray,
+    outs: np.ndarray,
+    tenant_weight: np.ndarray,
+    tenant_names: Sequence[str],
+    slo_class: np.ndarray,
+    class_names: Sequence[str],
+) -> tuple[np.ndarray, ...]:
+    """compiled_loop's C tuple: each tier's kind, each job's tier and DWRR cost, each (tier,
+    tenant)'s DWRR quantum and VTC divisor, each tier's VTC prices, the tiers' floors and
+    ceilings in slots. The same floats the policy objects compute."""
+    n_tiers, n_ten = len(layout.kinds), len(tenant_names)
+    class_tier = np.array(
+        [layout.tier_by_class.get(name, layout.last) for name in class_names] or [0],
+        dtype=np.int64,
+    )
+    tier = class_tier[np.asarray(slo_class, dtype=np.int64)] if layout.tiered else None
+    if tier is None:
+        tier = np.zeros(len(prompt), dtype=np.int64)
+    cost = np.zeros(len(prompt), dtype=np.float64)
+    quantum = np.zeros(n_tiers * n_ten, dtype=np.float64)
+    divisor = np.ones(n_tiers * n_ten, dtype=np.float64)
+    price = np.zeros((n_tiers, 2), dtype=np.float64)
+    for k, (kind, child) in enumerate(zip(layout.kinds, layout.children, strict=True)):
+        weights = child.weights if kind in (VTC, LCF, DWRR) else {}
+        for t, name in enumerate(tenant_names):
+            # the tenant's weight: the policy's configured one, else the job's (its tenant's)
+            w = weights.get(name, float(tenant_weight[t])) if weights else float(tenant_weight[t])
+            divisor[k * n_ten + t] = w
+            if kind == DWRR:
+                quantum[k * n_ten + t] = child.quantum * w
+        if kind in (VTC, LCF):
+            price[k] = (child.input_price, child.output_price)
+        if kind == DWRR:
+            mine = tier == k
+            name = child._config["cost"]
+            p, m = prompt[mine], outs[mine]
+            if name == "tokens":  # core.policy.COSTS, as float(...) of the same ints
+                cost[mine] = p + m
+            elif name == "weighted-tokens":
+                cost[mine] = p + 2 * m
+            elif name == "prompt":
+                cost[mine] = p
+            else:  # requests
+                cost[mine] = 1.0
+    return (
+        np.array(layout.kinds, dtype=np.int64),
+        np.ascontiguousarray(tier, dtype=np.int64),
+        cost,
+        quantum,
+        divisor,
+        price,
+        np.array(layout.floor_slots, dtype=np.float64),
+        np.array(layout.lend_slots, dtype=np.float64),
+    )
 
 
 @dataclass
@@ -127,6 +236,8 @@ def simulate_columns(
     tenant: np.ndarray,
     tenant_weight: np.ndarray,
     tenant_names: Sequence[str],
+    slo_class: np.ndarray,
+    class_names: Sequence[str],
     config: SchedulerConfig,
     timeout_ns: int | None = None,
     stop_ns: int | None = None,
@@ -135,37 +246,36 @@ def simulate_columns(
     log_room: int = 1 << 16,
 ) -> CompiledResult:
     """`virtual.simulate` of the jobs given as columns (sorted by arrival; `tenant` codes into
-    `tenant_weight`, each tenant's Job.weight, and `tenant_names`), for a configuration
-    `supported` accepts. `slice_events`: events between two `progress` calls; `log_room`: the
-    decode-step log's first size, doubled when full (both change nothing but the speed)."""
+    `tenant_names` and `tenant_weight`, each tenant's Job.weight; `slo_class` codes into
+    `class_names`), for a configuration `supported` accepts. `slice_events`: events between
+    two `progress` calls; `log_room`: the decode-step log's first size, doubled when full
+    (both change nothing but the speed)."""
     why = supported(config)
     if why is not None:
         raise ValueError(f"the compiled driver does not run this configuration: {why}")
     from reference_scheduler.drivers import compiled_loop
 
-    kind = _policy_kind(config)
-    policy = config.policy_factory()
+    layout = _layout(config)
+    assert isinstance(layout, _Layout)
     prof = config.profile
     spec = config.spec
     n = len(arrival_ns)
     n_rep = config.replicas
-    n_ten = len(tenant_weight)
-    # the divisor of a tenant's charges: VTC's configured weight, else the job's (its tenant's)
-    divisor = np.asarray(tenant_weight, dtype=np.float64).copy()
-    input_price = output_price = 0.0
-    if kind in (VTC, LCF):
-        input_price, output_price = float(policy.input_price), float(policy.output_price)
-        if policy.weights:  # Vtc.charge: the configured weight, else the job's
-            for t, name in enumerate(tenant_names):
-                divisor[t] = policy.weights.get(name, divisor[t])
+    n_ten = len(tenant_names)
+    prompt = np.ascontiguousarray(prompt_tokens, dtype=np.int64)
+    outs = np.ascontiguousarray(max_tokens, dtype=np.int64)
+    arrival = np.ascontiguousarray(arrival_ns, dtype=np.int64)
+    ten = np.ascontiguousarray(tenant, dtype=np.int64)
+    policy = _policy_config(
+        layout, prompt, outs, np.asarray(tenant_weight), tenant_names, slo_class, class_names
+    )
     shift = max(n_rep - 1, 1).bit_length()
-    horizon = (NEVER if stop_ns is None else stop_ns) + (1 << 40)
-    if stop_ns is None or horizon.bit_length() + shift > 62:
+    if stop_ns is None or (stop_ns + (1 << 40)).bit_length() + shift > 62:
         # the running heap's keys are end << shift | replica, in an int64
         raise ValueError("the compiled driver needs a stop time within int64 keys")
     ints = np.array(
         [
-            kind,
+            int(layout.tiered),
             n_rep,
             shift,
             prof.max_num_seqs,
@@ -182,56 +292,29 @@ def simulate_columns(
             stop_ns,
             int(prof.constant_step_ms is not None),
             int(prof.mixed_step == "sum"),
+            int(layout.charging),
+            int(layout.tiered),  # Tiered.release counts running jobs; the others do nothing
+            n_ten,
         ],
         dtype=np.int64,
     )
     floats = np.array(
-        [
-            prof.a,
-            prof.b,
-            prof.c,
-            prof.d,
-            prof.e,
-            prof.f,
-            prof.floor,
-            prof.constant_step_ms or 0.0,
-            input_price,
-            output_price,
-        ],
+        [prof.a, prof.b, prof.c, prof.d, prof.e, prof.f, prof.floor, prof.constant_step_ms or 0.0],
         dtype=np.float64,
     )
-    seqs = prof.max_num_seqs
-    arrays = _Arrays(n, n_rep, n_ten, seqs, kind)
+    arrays = _Arrays(n, n_rep, n_ten, len(layout.kinds), prof.max_num_seqs)
     state = np.zeros(N_STATE, dtype=np.int64)
-    state[S_LAST_LEFT] = -1
     state[S_IDLE] = n_rep
     arrays.idle_heap[:n_rep] = np.arange(n_rep)
     arrays.rep_free[:] = config.kv_blocks
     cap = max(log_room, 4 * n_rep + 8)
     log_end = np.empty(cap, dtype=np.int64)
     log_rep = np.empty(cap, dtype=np.int32)
-    prompt = np.ascontiguousarray(prompt_tokens, dtype=np.int64)
-    outs = np.ascontiguousarray(max_tokens, dtype=np.int64)
-    arrival = np.ascontiguousarray(arrival_ns, dtype=np.int64)
-    ten = np.ascontiguousarray(tenant, dtype=np.int64)
     while True:
         code = compiled_loop.run(
-            state,
-            ints,
-            floats,
-            prompt,
-            outs,
-            arrival,
-            ten,
-            divisor,
-            arrays.jobs(),
-            arrays.replicas(),
-            arrays.policy(),
-            arrays.heaps(),
-            log_end,
-            log_rep,
-            slice_events,
-        )
+            state, ints, floats, prompt, outs, arrival, ten, policy, arrays.jobs(),
+            arrays.replicas(), arrays.policy(), arrays.heaps(), log_end, log_rep, slice_events,
+        )  # fmt: skip
         if progress is not None:
             progress(int(state[S_ENDED]), int(state[S_NOW]))
         if code == 0:
@@ -274,7 +357,7 @@ def simulate_columns(
 class _Arrays:
     """The loop's arrays: per job, per replica, per queue and per tenant."""
 
-    def __init__(self, n: int, n_rep: int, n_ten: int, seqs: int, kind: int) -> None:
+    def __init__(self, n: int, n_rep: int, n_ten: int, n_tiers: int, seqs: int) -> None:
         i64 = np.int64
 
         def full(size: int | tuple[int, int], value: int) -> np.ndarray:
@@ -304,15 +387,26 @@ class _Arrays:
         self.nxt = full(n, -1)  # the next job in its policy queue
         self.inq = np.zeros(n, dtype=np.bool_)  # in a policy queue (not removed)
         self.fresh = full(n, -1)
-        # per policy queue: FIFO has one, VTC one per tenant
-        queues = 1 if kind == FIFO else n_ten
-        self.qhead = full(queues, -1)
-        self.qtail = full(queues, -1)
-        self.qlive = full(queues, 0)
-        # per tenant (VTC)
-        self.counters = np.zeros(n_ten, dtype=np.float64)
-        self.order = full(n_ten, -1)
-        self.backlogged = np.zeros(n_ten, dtype=np.bool_)
+        # the policy: per (tier, tenant) a queue, VTC's counter, DWRR's class; per tier the
+        # rest (compiled_loop's policy section)
+        pairs = n_tiers * n_ten
+        self.qhead = full(pairs, -1)
+        self.qtail = full(pairs, -1)
+        self.qlive = full(pairs, 0)
+        self.counters = np.zeros(pairs, dtype=np.float64)
+        self.order = full(pairs, -1)  # first-seen order within the tier (-1: never seen)
+        self.backlogged = np.zeros(pairs, dtype=np.bool_)
+        self.last_left = full(n_tiers, -1)
+        self.seen = full(n_tiers, 0)
+        self.ring = full((n_tiers, max(n_ten, 1)), -1)
+        self.ring_head = full(n_tiers, 0)
+        self.ring_size = full(n_tiers, 0)
+        self.deficit = np.zeros(pairs, dtype=np.float64)
+        self.active = np.zeros(pairs, dtype=np.bool_)
+        self.dwaiting = full(pairs, 0)
+        self.head_cost = np.zeros(n_tiers, dtype=np.float64)
+        self.running = full(n_tiers, 0)
+        self.twaiting = full(n_tiers, 0)
         # per replica
         self.rep_batch = full(n_rep, 0)
         self.rep_context = full(n_rep, 0)
@@ -331,6 +425,7 @@ class _Arrays:
         self.fh_job = full((n_rep, seqs), -1)
         self.fh_len = full(n_rep, 0)
         self.td = full((n_rep, n_ten), 0)  # decoding jobs per replica and tenant
+        self.td_job = full((n_rep, n_ten), -1)  # the job that opened that count (its tier)
         self.run_heap = full(n_rep, 0)  # replicas stepping: end << shift | replica
         self.idle_heap = full(n_rep, 0)
 
@@ -349,12 +444,15 @@ class _Arrays:
             self.rep_batch, self.rep_context, self.rep_decoding, self.rep_pending,
             self.rep_slots, self.rep_free, self.rep_extra, self.rep_last_end, self.rep_steps,
             self.pf, self.pf_len, self.fh_step, self.fh_seq, self.fh_job, self.fh_len, self.td,
+            self.td_job,
         )  # fmt: skip
 
     def policy(self) -> tuple[np.ndarray, ...]:
         return (
             self.qhead, self.qtail, self.qlive, self.nxt, self.inq, self.counters, self.order,
-            self.backlogged,
+            self.backlogged, self.last_left, self.seen, self.ring, self.ring_head,
+            self.ring_size, self.deficit, self.active, self.dwaiting, self.head_cost,
+            self.running, self.twaiting,
         )  # fmt: skip
 
     def heaps(self) -> tuple[np.ndarray, ...]:

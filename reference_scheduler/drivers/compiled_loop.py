@@ -3,38 +3,44 @@ transcribed onto arrays. Read compiled.py first; every function here names what 
 transcribes, and keeps its order of operations (integer sums may be regrouped, float ones are
 not).
 
-The arrays come in three tuples: J per job, R per replica, P the policy's (queues, VTC's
-counters). `state` holds the scalars (compiled.S_*), `ints` and `floats` the configuration
-(compiled.simulate_columns lists them). Status codes are compiled.STATUS_NAMES'."""
+The arrays come in tuples: J per job, R per replica, P the policy's state (queues, VTC's
+counters, DWRR's rings, the tiers' counts), C its configuration (compiled._policy_config), H
+the two replica heaps. `state` holds the scalars (compiled.S_*), `ints` and `floats` the
+engine's configuration (compiled.simulate_columns lists them). Status codes are
+compiled.STATUS_NAMES'."""
 
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
 
-NEVER = 1 << 62
-WAITING, RUNNING, FINISHED, REJECTED, CANCELLED = 0, 1, 2, 3, 4
-FIFO, VTC, LCF = 0, 1, 2
-(
-    S_I,
+from reference_scheduler.drivers.compiled_codes import (
+    CANCELLED,
+    DWRR,
+    FIFO,
+    FINISHED,
+    LCF,
+    NEVER,
+    REJECTED,
+    RUNNING,
     S_D,
-    S_NOW,
-    S_EVENTS,
+    S_DONE,
     S_ENDED,
+    S_FRESH,
+    S_I,
+    S_IDLE,
+    S_LOG,
+    S_NOW,
+    S_RUN,
     S_SEQ,
     S_WAITING,
-    S_RUN,
-    S_IDLE,
-    S_FRESH,
-    S_LAST_LEFT,
-    S_SEEN,
-    S_LOG,
-    S_DONE,
-    S_GRANTED,
-) = range(15)
+    VTC,
+    WAITING,
+)
+
 # ints' indices
 (
-    I_KIND,
+    I_TIERED,
     I_NREP,
     I_SHIFT,
     I_MAX_SEQS,
@@ -51,7 +57,10 @@ FIFO, VTC, LCF = 0, 1, 2
     I_STOP,
     I_CONSTANT,
     I_MIXED_SUM,
-) = range(17)
+    I_CHARGING,
+    I_RELEASES,
+    I_NTEN,
+) = range(20)
 # the tuples' members (compiled._Arrays: jobs(), replicas(), policy())
 (
     J_STATUS,
@@ -95,7 +104,8 @@ FIFO, VTC, LCF = 0, 1, 2
     R_FH_JOB,
     R_FH_LEN,
     R_TD,
-) = range(16)
+    R_TD_JOB,
+) = range(17)
 (
     P_QHEAD,
     P_QTAIL,
@@ -105,8 +115,30 @@ FIFO, VTC, LCF = 0, 1, 2
     P_COUNTERS,
     P_ORDER,
     P_BACKLOGGED,
+    P_LAST_LEFT,
+    P_SEEN,
+    P_RING,
+    P_RING_HEAD,
+    P_RING_SIZE,
+    P_DEFICIT,
+    P_ACTIVE,
+    P_DWAITING,
+    P_HEAD_COST,
+    P_RUNNING,
+    P_TWAITING,
+) = range(19)
+# the policy's configuration (compiled._policy_config)
+(
+    C_KIND,
+    C_TIER,
+    C_COST,
+    C_QUANTUM,
+    C_DIVISOR,
+    C_PRICE,
+    C_FLOOR,
+    C_LEND,
 ) = range(8)
-F_A, F_B, F_C, F_D, F_E, F_F, F_FLOOR, F_CONSTANT, F_IN_PRICE, F_OUT_PRICE = range(10)
+F_A, F_B, F_C, F_D, F_E, F_F, F_FLOOR, F_CONSTANT = range(8)
 
 
 # ---------------------------------------------------------------- min-heaps of int64 keys
@@ -199,53 +231,16 @@ def _fh_remove(steps, seqs, jobs, size, i):
         _fh_up(steps, seqs, jobs, i)
 
 
-# ---------------------------------------------------------------- the policy (FIFO, VTC, LCF)
+# ------------------------------------------------------------ the policy: tiers of children
+# One or more tiers (Tiered's; one tier when the policy is not tiered), each with a child of
+# kind FIFO, VTC, LCF or DWRR (over FIFO queues, by tenant). Queue q = tier * T + tenant (FIFO
+# children use their tier's first), so a tier's tenants have their own queues and counters.
 
 
 @njit(cache=True, _nrt=False)
-def _lift(P, state, t):
-    """Vtc._lift."""
-    counters = P[P_COUNTERS]
-    backlogged = P[P_BACKLOGGED]
-    found = False
-    floor = 0.0
-    for u in range(len(backlogged)):
-        if backlogged[u] and u != t:
-            c = counters[u]
-            if not found or c < floor:
-                floor = c
-                found = True
-    if not found:
-        left = state[S_LAST_LEFT]
-        if left < 0 or left == t:
-            return
-        floor = counters[left]
-    if floor > counters[t]:
-        counters[t] = floor
-
-
-@njit(cache=True, _nrt=False)
-def _enqueue(P, state, kind, j, t):
-    """Fifo.enqueue / Vtc.enqueue (every job is accepted)."""
-    qhead = P[P_QHEAD]
-    qtail = P[P_QTAIL]
-    qlive = P[P_QLIVE]
-    nxt = P[P_NXT]
-    inq = P[P_INQ]
-    counters = P[P_COUNTERS]
-    order = P[P_ORDER]
-    backlogged = P[P_BACKLOGGED]
-    q = 0
-    if kind != FIFO:
-        q = t
-        if order[t] < 0:  # its queue is made, its counter starts at 0
-            counters[t] = 0.0
-            order[t] = state[S_SEEN]
-            state[S_SEEN] += 1
-        if qlive[q] == 0:
-            if kind == VTC:
-                _lift(P, state, t)
-            backlogged[t] = True
+def _qpush(P, q, j):
+    """JobQueue.push."""
+    qhead, qtail, qlive, nxt, inq = P[P_QHEAD], P[P_QTAIL], P[P_QLIVE], P[P_NXT], P[P_INQ]
     nxt[j] = -1
     if qtail[q] >= 0:
         nxt[qtail[q]] = j
@@ -257,27 +252,9 @@ def _enqueue(P, state, kind, j, t):
 
 
 @njit(cache=True, _nrt=False)
-def _peek(P, kind):
-    """Fifo.peek / Vtc.peek: the job to admit next, -1 if none."""
-    qhead = P[P_QHEAD]
-    qtail = P[P_QTAIL]
-    nxt = P[P_NXT]
-    inq = P[P_INQ]
-    counters = P[P_COUNTERS]
-    order = P[P_ORDER]
-    backlogged = P[P_BACKLOGGED]
-    q = 0
-    if kind != FIFO:  # Vtc._pick: the lowest (counter, first-seen order) backlogged
-        q = -1
-        best_c = 0.0
-        for u in range(len(backlogged)):
-            if backlogged[u]:
-                c = counters[u]
-                if q < 0 or c < best_c or (c == best_c and order[u] < order[q]):
-                    q = u
-                    best_c = c
-        if q < 0:
-            return -1
+def _head(P, q):
+    """JobQueue.head: the first job not removed, -1 if none (removed ones are dropped)."""
+    qhead, qtail, nxt, inq = P[P_QHEAD], P[P_QTAIL], P[P_NXT], P[P_INQ]
     head = qhead[q]
     while head >= 0 and not inq[head]:
         head = nxt[head]
@@ -288,47 +265,218 @@ def _peek(P, kind):
 
 
 @njit(cache=True, _nrt=False)
-def _leave(P, state, kind, q, t):
-    qlive = P[P_QLIVE]
-    backlogged = P[P_BACKLOGGED]
-    if kind != FIFO and qlive[q] == 0:
-        backlogged[t] = False
-        state[S_LAST_LEFT] = t
-
-
-@njit(cache=True, _nrt=False)
-def _take(P, state, kind, j, t):
-    """Fifo.take / Vtc.take of the head `_peek` just returned."""
-    qhead = P[P_QHEAD]
-    qtail = P[P_QTAIL]
-    qlive = P[P_QLIVE]
-    nxt = P[P_NXT]
-    inq = P[P_INQ]
-    q = 0 if kind == FIFO else t
+def _pop_head(P, q, j):
+    """JobQueue.take of its head j."""
+    qhead, qtail, qlive, nxt, inq = P[P_QHEAD], P[P_QTAIL], P[P_QLIVE], P[P_NXT], P[P_INQ]
     qhead[q] = nxt[j]
     if qhead[q] < 0:
         qtail[q] = -1
     inq[j] = False
     qlive[q] -= 1
-    _leave(P, state, kind, q, t)
 
 
 @njit(cache=True, _nrt=False)
-def _remove(P, state, kind, j, t):
-    """Fifo.remove / Vtc.remove (JobQueue.discard) of a waiting job."""
-    qhead = P[P_QHEAD]
-    qtail = P[P_QTAIL]
-    qlive = P[P_QLIVE]
-    inq = P[P_INQ]
-    q = 0 if kind == FIFO else t
+def _discard(P, q, j):
+    """JobQueue.discard: True if j was in the queue."""
+    qhead, qtail, qlive, inq = P[P_QHEAD], P[P_QTAIL], P[P_QLIVE], P[P_INQ]
     if not inq[j]:
-        return
+        return False
     inq[j] = False
     qlive[q] -= 1
     if qlive[q] == 0:  # JobQueue.discard clears its items
         qhead[q] = -1
         qtail[q] = -1
-    _leave(P, state, kind, q, t)
+    return True
+
+
+@njit(cache=True, _nrt=False)
+def _lift(P, base, n_ten, k, t):
+    """Vtc._lift of tenant t in tier k's VTC."""
+    counters, backlogged, last_left = P[P_COUNTERS], P[P_BACKLOGGED], P[P_LAST_LEFT]
+    found = False
+    floor = 0.0
+    for u in range(n_ten):
+        if backlogged[base + u] and u != t:
+            c = counters[base + u]
+            if not found or c < floor:
+                floor = c
+                found = True
+    if not found:
+        left = last_left[k]
+        if left < 0 or left == t:
+            return
+        floor = counters[base + left]
+    if floor > counters[base + t]:
+        counters[base + t] = floor
+
+
+@njit(cache=True, _nrt=False)
+def _enqueue(P, C, n_ten, j, t):
+    """The policy's enqueue (Tiered's, then its tier's child: Fifo, Vtc or Dwrr); every job is
+    accepted."""
+    kinds, jtier, quantum = C[C_KIND], C[C_TIER], C[C_QUANTUM]
+    counters, order, backlogged, seen = P[P_COUNTERS], P[P_ORDER], P[P_BACKLOGGED], P[P_SEEN]
+    ring, ring_head, ring_size = P[P_RING], P[P_RING_HEAD], P[P_RING_SIZE]
+    deficit, active, dwaiting = P[P_DEFICIT], P[P_ACTIVE], P[P_DWAITING]
+    k = jtier[j]
+    kind = kinds[k]
+    base = k * n_ten
+    if kind == FIFO:
+        _qpush(P, base, j)
+    elif kind == DWRR:
+        q = base + t
+        _qpush(P, q, j)
+        dwaiting[q] += 1
+        if not active[q]:  # joins the ring at the back with one quantum
+            active[q] = True
+            deficit[q] = quantum[q]
+            ring[k, (ring_head[k] + ring_size[k]) % n_ten] = t
+            ring_size[k] += 1
+    else:
+        q = base + t
+        if order[q] < 0:  # its queue is made, its counter starts at 0
+            counters[q] = 0.0
+            order[q] = seen[k]
+            seen[k] += 1
+        if P[P_QLIVE][q] == 0:
+            if kind == VTC:
+                _lift(P, base, n_ten, k, t)
+            backlogged[q] = True
+        _qpush(P, q, j)
+    P[P_TWAITING][k] += 1
+
+
+@njit(cache=True, _nrt=False)
+def _peek_tier(P, C, n_ten, k):
+    """Tier k's child's peek: -1 if it has nothing to give."""
+    kind = C[C_KIND][k]
+    base = k * n_ten
+    if kind == FIFO:
+        return _head(P, base)
+    if kind == DWRR:  # Dwrr._advance: rotate until the head class affords its head job
+        cost, quantum = C[C_COST], C[C_QUANTUM]
+        ring, ring_head, ring_size = P[P_RING], P[P_RING_HEAD], P[P_RING_SIZE]
+        deficit, active = P[P_DEFICIT], P[P_ACTIVE]
+        while ring_size[k]:
+            t = ring[k, ring_head[k]]
+            q = base + t
+            j = _head(P, q)
+            if j < 0:  # emptied by removals
+                ring_head[k] = (ring_head[k] + 1) % n_ten
+                ring_size[k] -= 1
+                active[q] = False
+                deficit[q] = 0.0
+                continue
+            c = cost[j]
+            if c <= deficit[q]:
+                P[P_HEAD_COST][k] = c
+                return j
+            deficit[q] += quantum[q]
+            ring_head[k] = (ring_head[k] + 1) % n_ten  # rotate(-1): the head to the back
+            ring[k, (ring_head[k] + ring_size[k] - 1) % n_ten] = t
+        return -1
+    # Vtc._pick: the lowest (counter, first-seen order) backlogged tenant
+    counters, order, backlogged = P[P_COUNTERS], P[P_ORDER], P[P_BACKLOGGED]
+    q = -1
+    best_c = 0.0
+    for u in range(base, base + n_ten):
+        if backlogged[u]:
+            c = counters[u]
+            if q < 0 or c < best_c or (c == best_c and order[u] < order[q]):
+                q = u
+                best_c = c
+    if q < 0:
+        return -1
+    return _head(P, q)
+
+
+@njit(cache=True, _nrt=False)
+def _peek(P, C, n_ten, tiered):
+    """The policy's peek: the job to admit next, -1 if none (Tiered: its tier's child's)."""
+    if not tiered:
+        return _peek_tier(P, C, n_ten, 0)
+    running, twaiting = P[P_RUNNING], P[P_TWAITING]
+    floor_slots, lend_slots = C[C_FLOOR], C[C_LEND]
+    borrower = -1  # Tiered._choose: the guarantee pass, then the borrowing pass
+    for k in range(len(twaiting)):
+        if not twaiting[k]:
+            continue
+        if running[k] < floor_slots[k]:
+            return _peek_tier(P, C, n_ten, k)
+        if borrower < 0 and running[k] < lend_slots[k]:
+            borrower = k
+    if borrower < 0:
+        return -1
+    return _peek_tier(P, C, n_ten, borrower)
+
+
+@njit(cache=True, _nrt=False)
+def _gone(P, C, n_ten, k, t):
+    """A VTC child's tenant queue emptied: it leaves the backlog."""
+    kind = C[C_KIND][k]
+    if (kind == VTC or kind == LCF) and P[P_QLIVE][k * n_ten + t] == 0:  # noqa: SIM109
+        P[P_BACKLOGGED][k * n_ten + t] = False
+        P[P_LAST_LEFT][k] = t
+
+
+@njit(cache=True, _nrt=False)
+def _take(P, C, n_ten, j, t):
+    """The policy's take of the job `_peek` just returned."""
+    k = C[C_TIER][j]
+    kind = C[C_KIND][k]
+    base = k * n_ten
+    if kind == FIFO:
+        _pop_head(P, base, j)
+    elif kind == DWRR:  # Dwrr.take: the ring's head class pays the job's cost
+        q = base + t
+        _pop_head(P, q, j)
+        P[P_DEFICIT][q] -= P[P_HEAD_COST][k]
+        P[P_DWAITING][q] -= 1
+        if P[P_DWAITING][q] == 0:
+            P[P_RING_HEAD][k] = (P[P_RING_HEAD][k] + 1) % n_ten
+            P[P_RING_SIZE][k] -= 1
+            P[P_ACTIVE][q] = False
+            P[P_DEFICIT][q] = 0.0
+    else:
+        _pop_head(P, base + t, j)
+        _gone(P, C, n_ten, k, t)
+    P[P_RUNNING][k] += 1  # Tiered.take's counts (kept, unread, when not tiered)
+    P[P_TWAITING][k] -= 1
+
+
+@njit(cache=True, _nrt=False)
+def _remove(P, C, n_ten, j, t):
+    """The policy's remove of a waiting job (cancelled)."""
+    k = C[C_TIER][j]
+    kind = C[C_KIND][k]
+    base = k * n_ten
+    if kind == FIFO:
+        gone = _discard(P, base, j)
+    else:
+        gone = _discard(P, base + t, j)
+        if kind == DWRR:
+            if gone:
+                P[P_DWAITING][base + t] -= 1
+        else:
+            _gone(P, C, n_ten, k, t)
+    if gone:
+        P[P_TWAITING][k] -= 1
+
+
+@njit(cache=True, _nrt=False)
+def _release(P, C, j):
+    """Tiered.release: a running job of tier k finished or was cancelled."""
+    P[P_RUNNING][C[C_TIER][j]] -= 1
+
+
+@njit(cache=True, _nrt=False)
+def _charge(P, C, n_ten, k, t, prefill, decode):
+    """The policy's charge (Tiered's: tier k's child; Vtc.charge, the same float operations)."""
+    kind = C[C_KIND][k]
+    if kind == VTC or kind == LCF:  # noqa: SIM109 (numba)
+        q = k * n_ten + t
+        price = C[C_PRICE]
+        P[P_COUNTERS][q] += (price[k, 0] * prefill + price[k, 1] * decode) / C[C_DIVISOR][q]
 
 
 # ---------------------------------------------------------------- the engine
@@ -383,7 +531,7 @@ def _pass_ended(J, state, now):
 
 
 @njit(cache=True, _nrt=False)
-def _admit(J, R, P, state, ints, floats, prompt, outs, ten, divisor, r, now):
+def _admit(J, R, P, state, ints, floats, prompt, outs, ten, C, r, now):
     """Engine._admit without preemption, resumes or a prefix cache."""
     status = J[J_STATUS]
     replica = J[J_REPLICA]
@@ -400,15 +548,13 @@ def _admit(J, R, P, state, ints, floats, prompt, outs, ten, divisor, r, now):
     rep_last_end = R[R_REP_LAST_END]
     pf = R[R_PF]
     pf_len = R[R_PF_LEN]
-    kind = ints[I_KIND]
+    tiered = ints[I_TIERED] != 0
+    n_ten = ints[I_NTEN]
     chunked = ints[I_CHUNKED] != 0
     cap = ints[I_CAP]
     max_seqs = ints[I_MAX_SEQS]
     block = ints[I_BLOCK]
-    charging = kind != FIFO
-    counters = P[P_COUNTERS]
-    in_price = floats[F_IN_PRICE]
-    out_price = floats[F_OUT_PRICE]
+    charging = ints[I_CHARGING] != 0
     budget = cap - rep_batch[r] if chunked else cap
     steal = 0 if (ints[I_NREP] == 1 or rep_slots[r] == 0) else ints[I_STEAL]
     wake = 0
@@ -417,7 +563,7 @@ def _admit(J, R, P, state, ints, floats, prompt, outs, ten, divisor, r, now):
     while True:
         if chunked and rep_pending[r] >= budget:
             break
-        cand = _peek(P, kind) if state[S_WAITING] else -1
+        cand = _peek(P, C, n_ten, tiered) if state[S_WAITING] else -1
         if cand < 0:
             break
         if not chunked and rep_pending[r] and rep_pending[r] + prompt[cand] > cap:
@@ -426,7 +572,7 @@ def _admit(J, R, P, state, ints, floats, prompt, outs, ten, divisor, r, now):
         if rep_slots[r] >= max_seqs or need > rep_free[r]:
             break
         t = ten[cand]
-        _take(P, state, kind, cand, t)
+        _take(P, C, n_ten, cand, t)
         rep_free[r] -= need
         rep_slots[r] += 1
         blocks[cand] = need
@@ -442,8 +588,8 @@ def _admit(J, R, P, state, ints, floats, prompt, outs, ten, divisor, r, now):
         rep_pending[r] += left
         pf[r, pf_len[r]] = cand
         pf_len[r] += 1
-        if charging:  # Vtc.charge(job, now, prompt_tokens)
-            counters[t] += (in_price * float(prompt[cand]) + out_price * 0.0) / divisor[t]
+        if charging:  # policy.charge(job, now, prompt_tokens): its prefill
+            _charge(P, C, n_ten, C[C_TIER][cand], t, prompt[cand], 0)
         rep_extra[r] += steal + wake
         wake = 0
     if state[S_FRESH]:
@@ -503,7 +649,7 @@ def _take_off(J, R, prompt, outs, ten, r, j):
 
 
 @njit(cache=True, _nrt=False)
-def _cancel(J, R, P, state, ints, prompt, outs, ten, j, now):
+def _cancel(J, R, P, state, ints, prompt, outs, ten, C, j, now):
     """Engine.cancel: True if the job was still live."""
     status = J[J_STATUS]
     replica = J[J_REPLICA]
@@ -513,7 +659,7 @@ def _cancel(J, R, P, state, ints, prompt, outs, ten, j, now):
     blocks = J[J_BLOCKS]
     st = status[j]
     if st == WAITING:
-        _remove(P, state, ints[I_KIND], j, ten[j])
+        _remove(P, C, ints[I_NTEN], j, ten[j])
         state[S_WAITING] -= 1
         if wait_since[j] >= 0:
             backlog[j] += now - wait_since[j]
@@ -523,6 +669,8 @@ def _cancel(J, R, P, state, ints, prompt, outs, ten, j, now):
         _take_off(J, R, prompt, outs, ten, r, j)
         R[R_REP_SLOTS][r] -= 1
         R[R_REP_FREE][r] += blocks[j]
+        if ints[I_RELEASES]:
+            _release(P, C, j)
     else:
         return False
     status[j] = CANCELLED
@@ -531,7 +679,7 @@ def _cancel(J, R, P, state, ints, prompt, outs, ten, j, now):
 
 
 @njit(cache=True, _nrt=False)
-def _submit(J, R, P, state, ints, prompt, outs, ten, j, now):
+def _submit(J, R, P, state, ints, prompt, outs, ten, C, j, now):
     """Engine.submit without admission limits or control: False when refused (too long)."""
     status, seq, reject_code, fresh = J[J_STATUS], J[J_SEQ], J[J_REJECT_CODE], J[J_FRESH]
     state[S_SEQ] += 1
@@ -540,7 +688,7 @@ def _submit(J, R, P, state, ints, prompt, outs, ten, j, now):
         status[j] = REJECTED
         reject_code[j] = 400
         return False
-    _enqueue(P, state, ints[I_KIND], j, ten[j])
+    _enqueue(P, C, ints[I_NTEN], j, ten[j])
     state[S_WAITING] += 1
     fresh[state[S_FRESH]] = j
     state[S_FRESH] += 1
@@ -550,7 +698,7 @@ def _submit(J, R, P, state, ints, prompt, outs, ten, j, now):
 
 
 @njit(cache=True, _nrt=False)
-def _step(J, R, P, state, ints, floats, prompt, outs, ten, divisor, log_end, log_rep, r, now):
+def _step(J, R, P, state, ints, floats, prompt, outs, ten, C, log_end, log_rep, r, now):
     """Engine.step: (the step's end, jobs it finished), or (-1, 0) when there is nothing to
     run (Engine.step's None)."""
     status = J[J_STATUS]
@@ -579,11 +727,13 @@ def _step(J, R, P, state, ints, floats, prompt, outs, ten, divisor, log_end, log
     fh_job = R[R_FH_JOB]
     fh_len = R[R_FH_LEN]
     td = R[R_TD]
-    kind = ints[I_KIND]
-    charging = kind != FIFO
-    counters = P[P_COUNTERS]
+    charging = ints[I_CHARGING] != 0
+    releases = ints[I_RELEASES] != 0
+    n_ten = ints[I_NTEN]
+    td_job = R[R_TD_JOB]
+    tier = C[C_TIER]
     if state[S_WAITING] and (rep_batch[r] == 0 or rep_steps[r] % ints[I_ADMIT_EVERY] == 0):
-        _admit(J, R, P, state, ints, floats, prompt, outs, ten, divisor, r, now)
+        _admit(J, R, P, state, ints, floats, prompt, outs, ten, C, r, now)
     m = pf_len[r]
     extra = rep_extra[r]
     n = 0
@@ -643,13 +793,11 @@ def _step(J, R, P, state, ints, floats, prompt, outs, ten, divisor, log_end, log
         log_rep[at] = r
         state[S_LOG] = at + 1
         rep_context[r] += decoding
-        if charging:  # Vtc.charge_decode over the replica's decoding tenants
-            out_price = floats[F_OUT_PRICE]
-            zero = floats[F_IN_PRICE] * 0.0
-            for t in range(td.shape[1]):
+        if charging:  # the policy's charge per decoding tenant (Vtc.charge_decode)
+            for t in range(n_ten):
                 count = td[r, t]
-                if count:
-                    counters[t] += (zero + out_price * float(count)) / divisor[t]
+                if count:  # to the tier of the tenant's entry's job (Engine's tenant_decode)
+                    _charge(P, C, n_ten, tier[td_job[r, t]], t, 0, count)
         steps_r, seqs_r, jobs_r = fh_step[r], fh_seq[r], fh_job[r]
         while fh_len[r] and steps_r[0] == k:  # Engine._finish_decoding, in seq order
             j = jobs_r[0]
@@ -664,13 +812,13 @@ def _step(J, R, P, state, ints, floats, prompt, outs, ten, divisor, log_end, log
             rep_slots[r] -= 1
             rep_context[r] -= prompt[j] + outs[j]
             rep_free[r] += blocks[j]
+            if releases:
+                _release(P, C, j)
             finished += 1
     if ready:  # Engine._first_tokens
         dec = rep_decoding[r]
         joined = 0
         context = 0
-        in_price = floats[F_IN_PRICE]
-        out_price = floats[F_OUT_PRICE]
         for x in range(ready):
             j = pf[r, x]
             g = generated[j]
@@ -684,6 +832,8 @@ def _step(J, R, P, state, ints, floats, prompt, outs, ten, divisor, log_end, log
                 done[j] = end
                 rep_slots[r] -= 1
                 rep_free[r] += blocks[j]
+                if releases:
+                    _release(P, C, j)
                 finished += 1
                 continue
             g += 1
@@ -698,9 +848,11 @@ def _step(J, R, P, state, ints, floats, prompt, outs, ten, divisor, log_end, log
             fh_len[r] = size + 1
             _fh_up(fh_step[r], fh_seq[r], fh_job[r], size)
             t = ten[j]
+            if td[r, t] == 0:  # a new entry of tenant_decode: [count, this job]
+                td_job[r, t] = j
             td[r, t] += 1
-            if charging:  # Vtc.charge(job, end, 0, 1)
-                counters[t] += (in_price * 0.0 + out_price * 1.0) / divisor[t]
+            if charging:  # policy.charge(job, end, 0, 1)
+                _charge(P, C, n_ten, tier[j], t, 0, 1)
         for x in range(ready, m):
             pf[r, x - ready] = pf[r, x]
         pf_len[r] = m - ready
@@ -710,7 +862,7 @@ def _step(J, R, P, state, ints, floats, prompt, outs, ten, divisor, log_end, log
 
 
 @njit(cache=True, _nrt=False)
-def _kick(J, R, P, H, state, ints, floats, prompt, outs, ten, divisor, log_end, log_rep, now):
+def _kick(J, R, P, H, state, ints, floats, prompt, outs, ten, C, log_end, log_rep, now):
     """virtual.simulate's kick: start a step on idle replicas while the queue may have work."""
     run_heap, idle_heap = H
     shift = ints[I_SHIFT]
@@ -718,7 +870,7 @@ def _kick(J, R, P, H, state, ints, floats, prompt, outs, ten, divisor, log_end, 
     while state[S_IDLE] and state[S_WAITING]:
         r = _pop(idle_heap, state[S_IDLE])
         state[S_IDLE] -= 1
-        end, fin = _step(J, R, P, state, ints, floats, prompt, outs, ten, divisor, log_end,
+        end, fin = _step(J, R, P, state, ints, floats, prompt, outs, ten, C, log_end,
                          log_rep, r, now)  # fmt: skip
         if end < 0:
             tried = r
@@ -732,7 +884,7 @@ def _kick(J, R, P, H, state, ints, floats, prompt, outs, ten, divisor, log_end, 
 
 
 @njit(cache=True, _nrt=False)
-def run(state, ints, floats, prompt, outs, arrival, ten, divisor, J, R, P, H, log_end, log_rep,
+def run(state, ints, floats, prompt, outs, arrival, ten, C, J, R, P, H, log_end, log_rep,
         slice_events):  # fmt: skip
     """virtual.simulate's loop (`follow is None`) from where `state` left it, until the run
     ends (0), `slice_events` events ran (1), or the decode-step log has too little room left
@@ -769,9 +921,9 @@ def run(state, ints, floats, prompt, outs, arrival, ten, divisor, J, R, P, H, lo
                     state[S_NOW] = now
                     i += 1
                     state[S_I] = i
-                    if _submit(J, R, P, state, ints, prompt, outs, ten, j, now):
+                    if _submit(J, R, P, state, ints, prompt, outs, ten, C, j, now):
                         if state[S_IDLE]:
-                            _kick(J, R, P, H, state, ints, floats, prompt, outs, ten, divisor,
+                            _kick(J, R, P, H, state, ints, floats, prompt, outs, ten, C,
                                   log_end, log_rep, now)  # fmt: skip
                     else:
                         state[S_ENDED] += 1
@@ -797,7 +949,7 @@ def run(state, ints, floats, prompt, outs, arrival, ten, divisor, J, R, P, H, lo
                 now = key >> shift
                 r = key & mask
                 state[S_NOW] = now
-                end, fin = _step(J, R, P, state, ints, floats, prompt, outs, ten, divisor,
+                end, fin = _step(J, R, P, state, ints, floats, prompt, outs, ten, C,
                                  log_end, log_rep, r, now)  # fmt: skip
                 if end < 0:
                     _pop(run_heap, state[S_RUN])
@@ -810,7 +962,7 @@ def run(state, ints, floats, prompt, outs, arrival, ten, divisor, J, R, P, H, lo
                 if fin:
                     state[S_ENDED] += fin
                     if state[S_IDLE] and state[S_WAITING]:
-                        _kick(J, R, P, H, state, ints, floats, prompt, outs, ten, divisor,
+                        _kick(J, R, P, H, state, ints, floats, prompt, outs, ten, C,
                               log_end, log_rep, now)  # fmt: skip
             continue
         # a timeout or the stop is next (or comes at the same instant as a step end)
@@ -822,7 +974,7 @@ def run(state, ints, floats, prompt, outs, arrival, ten, divisor, J, R, P, H, lo
             now = t_due
             state[S_NOW] = now
             live = status[d] == WAITING or status[d] == RUNNING
-            if live and _cancel(J, R, P, state, ints, prompt, outs, ten, d, now):
+            if live and _cancel(J, R, P, state, ints, prompt, outs, ten, C, d, now):
                 state[S_ENDED] += 1
             continue
         if stop_at < t_arrive and stop_at <= t_step:
@@ -830,7 +982,7 @@ def run(state, ints, floats, prompt, outs, arrival, ten, divisor, J, R, P, H, lo
             state[S_NOW] = now
             for j in range(i):
                 if status[j] == WAITING or status[j] == RUNNING:
-                    _cancel(J, R, P, state, ints, prompt, outs, ten, j, now)
+                    _cancel(J, R, P, state, ints, prompt, outs, ten, C, j, now)
             state[S_DONE] = 1
             return 0
         if t_arrive < NEVER and (not state[S_RUN] or t_arrive <= t_step):
@@ -838,9 +990,9 @@ def run(state, ints, floats, prompt, outs, arrival, ten, divisor, J, R, P, H, lo
             state[S_I] = i + 1
             now = arrival[j]
             state[S_NOW] = now
-            if _submit(J, R, P, state, ints, prompt, outs, ten, j, now):
+            if _submit(J, R, P, state, ints, prompt, outs, ten, C, j, now):
                 if state[S_IDLE]:
-                    _kick(J, R, P, H, state, ints, floats, prompt, outs, ten, divisor, log_end,
+                    _kick(J, R, P, H, state, ints, floats, prompt, outs, ten, C, log_end,
                           log_rep, now)  # fmt: skip
             else:
                 state[S_ENDED] += 1
@@ -850,7 +1002,7 @@ def run(state, ints, floats, prompt, outs, arrival, ten, divisor, J, R, P, H, lo
         now = key >> shift
         r = key & mask
         state[S_NOW] = now
-        end, fin = _step(J, R, P, state, ints, floats, prompt, outs, ten, divisor, log_end,
+        end, fin = _step(J, R, P, state, ints, floats, prompt, outs, ten, C, log_end,
                          log_rep, r, now)  # fmt: skip
         if end < 0:
             _push(idle_heap, state[S_IDLE], r)
@@ -860,7 +1012,7 @@ def run(state, ints, floats, prompt, outs, arrival, ten, divisor, J, R, P, H, lo
         state[S_RUN] += 1
         state[S_ENDED] += fin
         if fin and state[S_IDLE] and state[S_WAITING]:
-            _kick(J, R, P, H, state, ints, floats, prompt, outs, ten, divisor, log_end,
+            _kick(J, R, P, H, state, ints, floats, prompt, outs, ten, C, log_end,
                   log_rep, now)  # fmt: skip
     state[S_DONE] = 1
     return 0
