@@ -159,9 +159,11 @@ def one_run(policy: str, minutes: float, out: Path, stages: bool = False) -> dic
     wrap(compiled, "simulate_columns", "compiled")
     spent = time_stages() if stages else {}
     imported_cpu = time.process_time() - cpu0
-    outcome = run_scenario(scn, RunOptions(out=out / policy, progress=False))
+    # as `fairbench run` does (cli/run.py): the records stay in memory for the report
+    outcome = run_scenario(scn, RunOptions(out=out / policy, progress=False), keep_records=True)
     ran, ran_cpu, ran_kernel = time.perf_counter(), time.process_time(), _kernel_s()
-    write_run_report(outcome.run_dir)
+    write_run_report(outcome.run_dir, outcome.records)
+    outcome.records = None
     done = time.perf_counter()
     spent = {"imports": imported_cpu, **spent, "engine": engine["cpu_s"]}
     spent["kernel s of engine"] = engine["kernel_s"]
