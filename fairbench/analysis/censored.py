@@ -370,13 +370,31 @@ def itl_max_rows(df: pd.DataFrame, timeout_s: float | None = None) -> RowObserva
 
 def _km(obs: Observations) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Event times, F at each, and Greenwood's variance of F there (events before censorings
-    at equal times)."""
-    order = np.argsort(obs.time, kind="stable")
+    at equal times).
+
+    Any order by time serves, the observations' own (`_by_value`, which their percentiles
+    share) included, once the events of each run of equal times are put before its
+    censorings (`_events_first`): tied events are interchangeable, and so are tied
+    censorings, since a position's factor depends only on whether it is an event and on how
+    many stand at risk there. Why: a stable argsort, then a lexsort wherever times tie (a
+    simulator's steps end many requests at one instant), were 2 sorts per group, most of a
+    summary's CPU where requests are cut off (issue 35: 164,550 cancelled under three-tier
+    on the 10-minute fleet). The same arrays, to the bit, as the stable sort and lexsort
+    (tests/test_censored_km.py keeps them as the reference)."""
+    order = obs._by_value
     t = obs.time[order]
-    if len(t) > 1 and np.any(t[1:] == t[:-1]):  # ties: events first, as Kaplan–Meier wants
-        order = np.lexsort((~obs.observed, obs.time))
-        t = obs.time[order]
     d = obs.observed[order]
+    if len(t) and np.isnan(t[-1]):  # NaN (sorted last): the former rule, stable order and all
+        order = np.argsort(obs.time, kind="stable")
+        t = obs.time[order]
+        if len(t) > 1 and np.any(t[1:] == t[:-1]):
+            order = np.lexsort((~obs.observed, obs.time))
+            t = obs.time[order]
+        d = obs.observed[order]
+    elif len(t) > 1:
+        same = t[1:] == t[:-1]
+        if same.any():  # ties: events first, as Kaplan–Meier wants
+            d = _events_first(d, same)
     n = len(t)
     at_risk = (n - np.arange(n)).astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -385,6 +403,18 @@ def _km(obs: Observations) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         green = np.cumsum(np.where(d & (at_risk > 1), 1.0 / (at_risk * (at_risk - 1.0)), 0.0))
     var = surv * surv * green
     return t[d], 1.0 - surv[d], var[d]
+
+
+def _events_first(d: np.ndarray, same: np.ndarray) -> np.ndarray:
+    """The event flags of observations in time order (`d`; `same[i]`: time i+1 equals time
+    i) with each run of equal times reordered events first: the run's first e positions are
+    events, the rest censorings. Only the flags move: the times of a run are equal."""
+    starts = np.flatnonzero(np.concatenate(([True], ~same)))
+    events = np.add.reduceat(d.astype(np.int64), starts)
+    lengths = np.diff(np.append(starts, len(d)))
+    # position within its run < the run's events: an event
+    within = np.arange(len(d)) - np.repeat(starts, lengths)
+    return within < np.repeat(events, lengths)
 
 
 def quantile(obs: Observations, q: float) -> tuple[float, bool]:
