@@ -21,7 +21,8 @@ What the metrics see is what `Cols.take` and `Cols.obs` would give, to the bit: 
 arrays (the same elements in the same order and dtype), and `sorted_time` holds the same sorted
 values (a sorted sequence of numbers is one sequence, whichever sort made it; only the sign of a
 zero latency could tell, and latencies are ≥ +0). `_by_value` is left to be computed if
-anything asks (nothing in a draw's figures does), so no tie order is assumed. A mask the rows
+anything asks (only Kaplan–Meier, where a draw has censored latencies, and any order by value
+serves it: censored._km), so no tie order is assumed. A mask the rows
 did not get from `group_mask` (a metric's own `c.tenant == k`) goes through `Cols.obs` as
 before, and finds what this module put in the columns' memo under the same key.
 """
