@@ -259,6 +259,51 @@ CASES = {
         5.0,
         25,
     ),
+    # steps of exactly 10 ms and arrivals, timeouts and the stop on that grid: arrivals, step
+    # ends, timeouts and the stop fall on one instant (their order there is the engine's)
+    "fifo-grid-ties": (
+        {
+            "policy": "fifo",
+            "replicas": 2,
+            "max_num_seqs": 6,
+            "profile": {"constant_step_ms": 10.0, "kv_cache_tokens": 100_000},
+        },
+        90,
+        0.5,
+        20,
+    ),
+    "three-tier-grid-ties": (
+        {
+            "policy": "three-tier",
+            "replicas": 3,
+            "max_num_seqs": 4,
+            "profile": {"constant_step_ms": 10.0, "kv_cache_tokens": 100_000},
+        },
+        120,
+        0.3,
+        20,
+    ),
+    # every admission pass of an idle replica pays the wake, and several jobs join it
+    "vtc-wake-every-pass": (
+        {
+            "policy": "vtc",
+            "admit_every": 5,
+            "max_num_seqs": 4,
+            "profile": {
+                "a": 1.0,
+                "b": 0.02,
+                "d": 6.8,
+                "e": 0.01,
+                "kv_cache_tokens": 400_000,
+                "idle_wake_ms": 2.0,
+                "idle_after_ms": 0.0,
+                "front_end_core_ms": 0.3,
+            },
+        },
+        200,
+        3.0,
+        15,
+    ),
     "vtc-constant-step": (
         {
             "policy": "vtc",
@@ -275,6 +320,9 @@ CASES = {
 # a workload's seed, where the default (the name's length) would not reach what the case is
 # for: seed 20 has a DWRR class emptied by timeouts and refilled while still in the ring
 SEEDS = {"dwrr-cancelled-while-waiting": 20}
+GRID_NS = {"fifo-grid-ties": 10_000_000, "three-tier-grid-ties": 10_000_000}  # arrivals on it
+# the stop while requests still arrive and every replica is busy (on the grid, at a step end)
+STOP_S = {"fifo-grid-ties": 12.0, "three-tier-grid-ties": 12.0}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -283,8 +331,11 @@ def test_compiled_is_the_python_engine(case: str) -> None:
     config = parse_scheduler_config(block)
     assert compiled.supported(config) is None
     w = _workload(int(rate * stop_s * 0.8), seed=SEEDS.get(case, len(case)), rate_per_s=rate)
+    grid = GRID_NS.get(case)
+    if grid:
+        w["arrival"] = w["arrival"] // grid * grid
     timeout_ns = None if timeout_s is None else int(timeout_s * 1e9)
-    stop_ns = int(stop_s * 1e9)
+    stop_ns = int(STOP_S.get(case, stop_s) * 1e9)
     py = _python(w, config, timeout_ns, stop_ns)
     co = _compiled(w, config, timeout_ns, stop_ns)
     assert_same(py, co)
@@ -391,3 +442,27 @@ def test_the_simulator_choice_is_checked(monkeypatch: pytest.MonkeyPatch) -> Non
     assert not use_compiled(vtc)
     monkeypatch.delenv("FAIRBENCH_SIM_ENGINE")
     assert use_compiled(vtc) and not use_compiled(sfq)
+
+
+def test_columns_the_loop_would_trust_are_checked() -> None:
+    """The loop has no bounds checks: what would index past an array is refused first."""
+    config = parse_scheduler_config({"policy": "vtc"})
+    w = _workload(20, seed=2, rate_per_s=10)
+    bad_tenant = {**w, "tenant": np.where(np.arange(20) == 3, 7, w["tenant"])}
+    with pytest.raises(ValueError, match="tenant codes must index its 3 names"):
+        _compiled(bad_tenant, config, None, int(5e9))
+    unsorted = {**w, "arrival": w["arrival"][::-1].copy()}
+    with pytest.raises(ValueError, match="arrivals must be sorted"):
+        _compiled(unsorted, config, None, int(5e9))
+    with pytest.raises(ValueError, match="slice_events must be at least 1"):
+        _compiled(w, config, None, int(5e9), slice_events=0)
+    # one event a slice still moves on (a step end counts as one, after the first step)
+    assert_same(
+        _python(w, config, None, int(5e9)), _compiled(w, config, None, int(5e9), slice_events=1)
+    )
+
+
+def test_a_profile_whose_steps_overflow_int64_runs_in_python() -> None:
+    profile = {"constant_step_ms": 1e12, "kv_cache_tokens": 100_000}
+    config = parse_scheduler_config({"policy": "fifo", "profile": profile})
+    assert "steps too long" in (compiled.supported(config) or "")

@@ -28,6 +28,7 @@ exactly where it stopped.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -94,6 +95,8 @@ def supported(config: SchedulerConfig) -> str | None:
             why.append(name)
     if spec.step_noise_cv > 0:
         why.append("step noise")
+    if not _steps_fit(config):
+        why.append("steps too long for int64 times")
     layout = _layout(config)
     if isinstance(layout, str):
         why.append(layout)
@@ -102,6 +105,28 @@ def supported(config: SchedulerConfig) -> str | None:
     except ImportError:
         why.append("numba not installed")
     return ", ".join(why) or None
+
+
+def _steps_fit(config: SchedulerConfig) -> bool:
+    """Whether every step's duration, bounded from the profile's coefficients at the largest
+    batch, chunk and context, fits the loop's int64 times with room to spare (under 2^39 ns,
+    about 9 minutes; the running heap's keys are end << shift | replica). Python's ints have
+    no such bound, so a profile beyond it runs there."""
+    prof = config.profile
+    coefficients = [prof.a, prof.b, prof.c, prof.d, prof.e, prof.f, prof.floor]
+    if prof.constant_step_ms is not None:
+        coefficients.append(prof.constant_step_ms)
+    if not all(math.isfinite(x) for x in coefficients):
+        return False
+    n, batch = prof.max_num_batched_tokens, prof.max_num_seqs
+    context = batch * config.max_model_len
+    ms = (
+        abs(prof.a) + abs(prof.b) * (n + batch) + abs(prof.c) * n * n + abs(prof.d)
+        + abs(prof.e) * batch + abs(prof.f) * context + abs(prof.floor)
+        + abs(prof.constant_step_ms or 0.0)
+    )  # fmt: skip
+    extra_ms = batch * prof.front_end_core_ms + prof.idle_wake_ms
+    return (ms + extra_ms) * 1e6 < 2**39
 
 
 def _child_kind(child: Any) -> int | None:
@@ -253,6 +278,10 @@ def simulate_columns(
     why = supported(config)
     if why is not None:
         raise ValueError(f"the compiled driver does not run this configuration: {why}")
+    _check_columns(
+        prompt_tokens, max_tokens, arrival_ns, tenant, len(tenant_names), slo_class,
+        len(class_names), len(tenant_weight), timeout_ns, slice_events,
+    )  # fmt: skip
     from reference_scheduler.drivers import compiled_loop
 
     layout = _layout(config)
@@ -352,6 +381,38 @@ def simulate_columns(
         end_ns=int(state[S_NOW]),
         steps=int(a.rep_steps.sum()),
     )
+
+
+def _check_columns(
+    prompt: np.ndarray,
+    outs: np.ndarray,
+    arrival: np.ndarray,
+    tenant: np.ndarray,
+    n_tenants: int,
+    slo_class: np.ndarray,
+    n_classes: int,
+    n_weights: int,
+    timeout_ns: int | None,
+    slice_events: int,
+) -> None:
+    """What the loop takes on trust, checked first: it indexes its arrays without bounds
+    checks, so a code out of range would write past an array's end, not raise."""
+    n = len(arrival)
+    if not all(len(a) == n for a in (prompt, outs, tenant, slo_class)):
+        raise ValueError("the job columns must all have one length")
+    if n_weights != n_tenants:
+        raise ValueError("one weight per tenant name")
+    for name, codes, size in (("tenant", tenant, n_tenants), ("slo_class", slo_class, n_classes)):
+        if n and (int(np.min(codes)) < 0 or int(np.max(codes)) >= size):
+            raise ValueError(f"{name} codes must index its {size} names")
+    if n and (np.any(np.diff(arrival) < 0) or int(np.min(arrival)) < 0):
+        raise ValueError("arrivals must be sorted and not negative")
+    if n and (int(np.min(prompt)) < 0 or int(np.min(outs)) < 0):
+        raise ValueError("token counts must not be negative")
+    if timeout_ns is not None and timeout_ns < 0:
+        raise ValueError("timeout_ns must not be negative")
+    if slice_events < 1:
+        raise ValueError("slice_events must be at least 1")
 
 
 class _Arrays:

@@ -941,8 +941,9 @@ def run(state, ints, floats, prompt, outs, arrival, ten, C, J, R, P, H, log_end,
             t = arrival[i] if i < n else NEVER
             bound = t if t < limit else limit
             while state[S_RUN] and (run_heap[0] >> shift) < bound:
-                # each step counts as an event, as virtual.simulate counts them for progress
-                if state[S_LOG] + n_rep + 2 > room or events >= slice_events:
+                # each step counts as an event, as virtual.simulate counts them for progress;
+                # `>`: the event that entered here counted, and at least one step runs
+                if state[S_LOG] + n_rep + 2 > room or events > slice_events:
                     break
                 events += 1
                 key = run_heap[0]
