@@ -5,21 +5,22 @@ Why (issue 35). A step-by-step simulator in Python pays about 9 µs of CPU per r
 Python's per-call and per-attribute cost, however the step's logic is trimmed: 14 of the 39 CPU s
 of a 10-minute, 80-replica fleet run (1.9M requests), and the Job objects it needs cost 6 more
 to make and to read back. Here the jobs are columns, the replicas and the policy's state are
-arrays, and the loop is machine code: the engine's part of that run is about a second.
+arrays, and the loop is machine code: the engine's part of that run is about 2 CPU s.
 
 What it covers, and the rest. `supported(config)` says whether a configuration is one this
 driver runs: the reference engine, colocated, without preemption, a prefix cache, admission
-limits, control loops or step noise, a policy among FIFO, VTC and LCF. Everything else, and
-sessions and traces, runs in `virtual.simulate` as before; a caller asks `supported` first.
+limits, control loops or step noise, with a policy of FIFO, VTC, LCF, DWRR (by tenant, over
+FIFO queues) or tiers over those (`_layout`). Everything else, and sessions and traces, runs
+in `virtual.simulate` as before; a caller asks `supported` first.
 
 Same output. This is a transcription of `virtual.simulate` (its `follow is None` path) and of
 `scheduler.engine.Engine` with those policies, event for event: the same arrival, timeout,
 stop and step-end order, the same admission passes, the same float operations in the same
-order for step costs and VTC's counters. tests/test_sim_compiled.py holds every per-job field,
-every replica's decode-step end times, the step count and the end time equal to the Python
-engine's across policies, loads, timeouts, the stop, one replica and many; the golden outputs
-pin whole runs. A change to the engine's semantics must be made in both (the test fails
-until it is).
+order for step costs, VTC's counters and DWRR's deficits. tests/test_sim_compiled.py holds
+every per-job field, every replica's decode-step end times, the step count and the end time
+equal to the Python engine's across policies, loads, timeouts, the stop, one replica and
+many; the golden outputs pin whole runs. A change to the engine's semantics must be made in
+both (the test fails until it is).
 
 The state lives in arrays between calls: the loop returns to Python every `slice_events`
 events (a person's progress bar) and when the decode-step log needs more room, and resumes
