@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from fairbench.plan.model import ENDPOINTS, Plan
-from fairbench.targets.sim_compiled import simulate_plan, use_compiled
+from fairbench.targets.sim_compiled import JobColumns, simulate_plan, use_compiled
 from fairbench.workload.models import Scenario
 from reference_scheduler.core.job import Job, ttft_parts
 from reference_scheduler.core.prefix_cache import salted
@@ -337,31 +337,33 @@ def job_fields(
     times): once it is taken, the jobs can go before the columns are built (`run_sim` drops
     them: at fleet size they are 960 MB, and the columns 600 MB more, issue 35)."""
     jobs, n = result.jobs, len(result.jobs)
-    raw = _int_fields(jobs)
-    status_of = np.fromiter(map(operator.attrgetter("status"), jobs), dtype=object, count=n)
-    retry = np.fromiter(map(operator.attrgetter("retry_after_s"), jobs), dtype=np.float64, count=n)
-    preempted = np.fromiter(map(bool, map(operator.attrgetter("segments"), jobs)), bool, n)
     return fields_from(
-        result, jobs.__getitem__, plan, raw, status_of, retry, preempted, timeout_ns, stop_ns
+        JobColumns(
+            view=result,
+            job_at=jobs.__getitem__,
+            raw=_int_fields(jobs),
+            status_of=np.fromiter(map(operator.attrgetter("status"), jobs), dtype=object, count=n),
+            retry=np.fromiter(
+                map(operator.attrgetter("retry_after_s"), jobs), dtype=np.float64, count=n
+            ),
+            preempted=np.fromiter(map(bool, map(operator.attrgetter("segments"), jobs)), bool, n),
+            steps=result.steps,
+        ),
+        plan,
+        timeout_ns,
+        stop_ns,
     )
 
 
 def fields_from(
-    result: SimResult,
-    job_at: Callable[[int], Job],
-    plan: Plan,
-    raw: dict[str, np.ndarray],
-    status_of: np.ndarray,
-    retry: np.ndarray,
-    preempted: np.ndarray,
-    timeout_ns: int | None,
-    stop_ns: int | None,
+    run: JobColumns, plan: Plan, timeout_ns: int | None, stop_ns: int | None
 ) -> dict[str, Any]:
-    """`job_fields` from the jobs' `_INT_FIELDS` (`raw`), statuses (Job.status strings),
-    `retry_after_s` and whether each was ever preempted (has segments); `job_at(i)` gives job
-    i for the few read one by one (preempted, or cut off mid-stream), and `result` their token
-    times (its `decode_ends`). The compiled simulator (sim_compiled.py) has no Job per request
-    and comes in here with its columns."""
+    """`job_fields` from a run's columns (`sim_compiled.JobColumns`): the Python engine's
+    jobs read into them (`job_fields`), or the compiled simulator's, which has no Job per
+    request. Job i is read one by one only where it must be (preempted, or cut off
+    mid-stream), and their token times come from `run.view`'s decode-step ends."""
+    result, job_at, raw, status_of = run.view, run.job_at, run.raw, run.status_of
+    retry, preempted = run.retry, run.preempted
     n = len(status_of)
     never = 1 << 62
     stop = never if stop_ns is None else stop_ns
@@ -391,7 +393,6 @@ def fields_from(
         i: _seen(result, job_at(i), int(cut[i])) for i in np.flatnonzero(cut_short).tolist()
     }
     left_status = {i: status_of[i] for i in np.flatnonzero(left).tolist()}
-    del status_of
     return {
         "n": n,
         "end_ns": result.end_ns,
@@ -575,18 +576,8 @@ def run_sim(
     delay_ns = round(config.profile.request_overhead_ms * 1e6)
     if columns and use_compiled(config):  # the same records, no Job per request
         run = simulate_plan(plan, scn, config, timeout_ns, stop_ns, delay_ns, progress)
-        fields = fields_from(
-            run.view,
-            run.job_at,
-            plan,
-            run.raw,
-            run.status_of,
-            run.retry,
-            run.preempted,
-            timeout_ns,
-            stop_ns,
-        )
         steps = run.steps
+        fields = fields_from(run, plan, timeout_ns, stop_ns)
         del run
         return columns_of(fields, plan), _info(config, steps, {})
     with collector_paused():

@@ -56,10 +56,10 @@ def use_compiled(config: SchedulerConfig) -> bool:
 
 
 @dataclass(frozen=True)
-class CompiledRun:
-    """A plan simulated on the compiled driver, as `sim.fields_from` takes a run: `raw` the
-    jobs' `sim._INT_FIELDS`, their statuses (Job.status strings), `retry_after_s`, whether each
-    has a decode segment (Job.segments), job i on demand for the few read one by one, and the
+class JobColumns:
+    """A simulated run as `sim.fields_from` reads it, from either simulator: `raw` the jobs'
+    `sim._INT_FIELDS`, their statuses (Job.status strings), `retry_after_s`, whether each has
+    a decode segment (Job.segments), job i on demand for the few read one by one, and the
     decode-step end times (`view`)."""
 
     view: SimResult
@@ -79,7 +79,7 @@ def simulate_plan(
     stop_ns: int | None,
     delay_ns: int,
     progress: Callable[[int, int], None] | None = None,
-) -> CompiledRun:
+) -> JobColumns:
     """The plan simulated on the compiled driver. The engine's clock is the plan's shifted by
     `delay_ns` (the profile's request overhead), and a job times out `timeout_ns - delay_ns`
     after its arrival there, as `sim.run_sim` does with the Python engine."""
@@ -122,7 +122,7 @@ def simulate_plan(
         "replica": result.replica,
         "first_step": result.first_step,
     }
-    return CompiledRun(
+    return JobColumns(
         view=SimResult([], result.decode_ends, result.end_ns, result.steps, None),
         job_at=lambda i: _job(result, plan, i),
         raw=raw,

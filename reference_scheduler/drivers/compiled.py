@@ -101,10 +101,11 @@ def supported(config: SchedulerConfig) -> str | None:
     layout = _layout(config)
     if isinstance(layout, str):
         why.append(layout)
-    try:
-        import numba  # noqa: F401
-    except ImportError:
-        why.append("numba not installed")
+    if not why:  # only then: importing numba costs a run that will not use it 0.3 s
+        try:
+            import numba  # noqa: F401
+        except ImportError:
+            why.append("numba not installed")
     return ", ".join(why) or None
 
 
