@@ -16,7 +16,6 @@ FIFO, VTC, LCF, DWRR = 0, 1, 2, 3  # a tier's child (compiled_loop)
     S_I,  # next arrival
     S_D,  # next job whose timeout is due
     S_NOW,
-    S_EVENTS,
     S_ENDED,
     S_SEQ,  # submissions so far (Job.seq)
     S_WAITING,  # jobs in the policy (admission.waiting == len(policy))
@@ -24,6 +23,5 @@ FIFO, VTC, LCF, DWRR = 0, 1, 2, 3  # a tier's child (compiled_loop)
     S_IDLE,  # size of the idle heap
     S_FRESH,  # jobs arrived since the last admission pass
     S_LOG,  # decode-step log entries used
-    S_DONE,  # 1 when the run ended
-) = range(12)
-N_STATE = 12
+) = range(10)
+N_STATE = 10

@@ -24,7 +24,6 @@ from reference_scheduler.drivers.compiled_codes import (
     REJECTED,
     RUNNING,
     S_D,
-    S_DONE,
     S_ENDED,
     S_FRESH,
     S_I,
@@ -984,7 +983,6 @@ def run(state, ints, floats, prompt, outs, arrival, ten, C, J, R, P, H, log_end,
             for j in range(i):
                 if status[j] == WAITING or status[j] == RUNNING:
                     _cancel(J, R, P, state, ints, prompt, outs, ten, C, j, now)
-            state[S_DONE] = 1
             return 0
         if t_arrive < NEVER and (not state[S_RUN] or t_arrive <= t_step):
             j = i
@@ -1015,5 +1013,4 @@ def run(state, ints, floats, prompt, outs, arrival, ten, C, J, R, P, H, log_end,
         if fin and state[S_IDLE] and state[S_WAITING]:
             _kick(J, R, P, H, state, ints, floats, prompt, outs, ten, C, log_end,
                   log_rep, now)  # fmt: skip
-    state[S_DONE] = 1
     return 0
