@@ -27,6 +27,8 @@ pytest.importorskip("numba")
 TENANTS = ("a", "b", "c")
 CLASSES = ("interactive", "batch", "best-effort", "bulk")  # bulk: in no tier (the last)
 WEIGHTS = np.array([2.0, 1.0, 0.5])
+RANKS = (0, 1, 2, 1)  # each class's Job.priority: batch and bulk share a level
+WORKLOADS = ("chat", "docs", "agent")  # Job.flow
 FIELDS = (
     "replica",
     "admit_ns",
@@ -57,22 +59,26 @@ def _workload(n: int, seed: int, rate_per_s: float) -> dict[str, np.ndarray]:
     outs[rng.random(n) < 0.1] = 0
     outs[rng.random(n) < 0.05] = 1
     prompt[rng.random(n) < 0.01] = 500_000  # beyond the KV pool: refused with a 400
+    workload = rng.choice(3, n, p=[0.5, 0.3, 0.2])  # drawn apart from tenants: flows
     return {
         "arrival": arrival,
         "tenant": tenant,
         "slo_class": slo_class,
         "prompt": prompt,
         "outs": outs,
+        "workload": workload,
     }
 
 
 def _python(w: dict[str, np.ndarray], config: Any, timeout_ns: int | None, stop_ns: int) -> Any:
+    columns = ("arrival", "tenant", "slo_class", "prompt", "outs", "workload")
     jobs = [
-        Job(i, TENANTS[t], CLASSES[c], int(p), int(o), int(a), float(WEIGHTS[t]))
-        for i, (a, t, c, p, o) in enumerate(
-            zip(w["arrival"], w["tenant"], w["slo_class"], w["prompt"], w["outs"], strict=True)
+        Job(
+            i, TENANTS[t], CLASSES[c], int(p), int(o), int(a), float(WEIGHTS[t]), RANKS[c],
+            WORKLOADS[f],
         )
-    ]
+        for i, (a, t, c, p, o, f) in enumerate(zip(*(w[name] for name in columns), strict=True))
+    ]  # fmt: skip
     return simulate(jobs, config, timeout_ns=timeout_ns, stop_ns=stop_ns)
 
 
@@ -89,6 +95,9 @@ def _compiled(w: dict[str, np.ndarray], config: Any, timeout_ns: int | None, sto
         config,
         timeout_ns=timeout_ns,
         stop_ns=stop_ns,
+        class_rank=RANKS,
+        workload=w["workload"],
+        workload_names=list(WORKLOADS),
         **kw,
     )
 
@@ -314,13 +323,127 @@ CASES = {
         3.0,
         20,
     ),
+    # strict priority: by class rank (two classes share a level), by tenant (b unranked: last)
+    "priority-3": ({"policy": "priority", "replicas": 3}, 60, 4.0, 30),
+    "priority-by-tenant-overload": (
+        {"policy": {"name": "priority", "by": "tenant", "ranks": {"c": 0, "a": 1}}},
+        150,
+        2.0,
+        20,
+    ),
+    # WFQ at the pool's derived rate, at a rate far too low (finish tags rule) and far too high
+    # (GPS empties between arrivals), keyed by tenant, flow and class, with each cost
+    "wfq-3": ({"policy": "wfq", "replicas": 3}, 60, 4.0, 30),
+    "wfq-slow-weights-overload": (
+        {"policy": {"name": "wfq", "rate": 300, "weights": {"a": 3, "c": 0.5}}},
+        150,
+        2.0,
+        20,
+    ),
+    "wfq-fast-flow-requests": (
+        {"policy": {"name": "wfq", "rate": 50, "key": "flow", "cost": "requests"}, "replicas": 2},
+        80,
+        5.0,
+        25,
+    ),
+    "wfq-class-prompt": (
+        {"policy": {"name": "wfq", "key": "slo_class", "cost": "prompt", "rate": 3000}},
+        60,
+        None,
+        20,
+    ),
+    # on the 10 ms grid (GRID_NS): a tenant's flows tie on finish tags (cost 1 / its weight,
+    # from one virtual time), and fluid finishes land on arrivals and step ends
+    "wfq-grid-ties": (
+        {
+            "policy": {"name": "wfq", "key": "flow", "cost": "requests", "rate": 100},
+            "replicas": 2,
+            "max_num_seqs": 4,
+            "profile": {"constant_step_ms": 10.0, "kv_cache_tokens": 100_000},
+        },
+        120,
+        0.5,
+        20,
+    ),
+    # DWRR across tenants, WFQ across each tenant's flows (the dwrr-wfq preset)
+    "dwrr-wfq-2": ({"policy": "dwrr-wfq", "replicas": 2}, 80, 3.0, 25),
+    "dwrr-wfq-overload": (
+        {
+            "policy": {
+                "name": "dwrr",
+                "quantum": 500,
+                "weights": {"b": 2},
+                "child": {"name": "wfq", "key": "flow", "rate": 800, "cost": "weighted-tokens"},
+            }
+        },
+        150,
+        2.0,
+        20,
+    ),
+    # SFQ: two buckets (tenants collide), salts redrawn every 1.5 s; by flow, five buckets
+    "sfq-collisions": (
+        {"policy": {"name": "sfq", "buckets": 2, "perturb_s": 1.5}, "replicas": 2},
+        80,
+        3.0,
+        25,
+    ),
+    "sfq-flow-requests-overload": (
+        {
+            "policy": {
+                "name": "sfq",
+                "key": "flow",
+                "buckets": 5,
+                "perturb_s": 0.7,
+                "cost": "requests",
+                "seed": 4,
+            }
+        },
+        150,
+        2.0,
+        20,
+    ),
+    "htb-sfq-3": ({"policy": "htb-sfq", "replicas": 3, "max_num_seqs": 16}, 90, 4.0, 25),
+    # tiers of priority, WFQ by flow, SFQ and dwrr-wfq (bulk falls to the last)
+    "tiered-priority-wfq-sfq": (
+        {
+            "policy": {
+                "name": "tiered",
+                "borrow_ratio": 0.3,
+                "tiers": [
+                    {"name": "a", "quota": 0.3, "classes": ["interactive"], "child": "priority"},
+                    {
+                        "name": "b",
+                        "quota": 0.3,
+                        "classes": ["batch"],
+                        "child": {"name": "wfq", "key": "flow", "rate": 2000},
+                    },
+                    {
+                        "name": "c",
+                        "quota": 0.2,
+                        "classes": ["best-effort"],
+                        "child": {"name": "sfq", "buckets": 3, "perturb_s": 2.0},
+                    },
+                    {"name": "d", "quota": 0.2, "child": "dwrr-wfq"},
+                ],
+            },
+            "replicas": 3,
+            "max_num_seqs": 8,
+        },
+        90,
+        3.0,
+        25,
+    ),
 }
 
 
 # a workload's seed, where the default (the name's length) would not reach what the case is
 # for: seed 20 has a DWRR class emptied by timeouts and refilled while still in the ring
 SEEDS = {"dwrr-cancelled-while-waiting": 20}
-GRID_NS = {"fifo-grid-ties": 10_000_000, "three-tier-grid-ties": 10_000_000}  # arrivals on it
+GRID_NS = {  # arrivals on it
+    "fifo-grid-ties": 10_000_000,
+    "three-tier-grid-ties": 10_000_000,
+    "wfq-grid-ties": 10_000_000,
+}
 # the stop while requests still arrive and every replica is busy (on the grid, at a step end)
 STOP_S = {"fifo-grid-ties": 12.0, "three-tier-grid-ties": 12.0}
 
@@ -371,10 +494,10 @@ def test_slices_and_log_growth_change_nothing() -> None:
 @pytest.mark.parametrize(
     ("block", "why"),
     [
-        ({"policy": "wfq"}, "policy wfq"),
-        ({"policy": "dwrr-wfq"}, "policy dwrr-wfq"),
         ({"policy": {"name": "dwrr", "key": "slo_class"}}, "policy"),
-        ({"policy": "htb-sfq"}, "policy htb-sfq"),
+        ({"policy": {"name": "sfq", "child": "vtc"}}, "policy"),
+        ({"policy": {"name": "dwrr", "child": "priority"}}, "policy"),
+        ({"policy": {"name": "dwrr", "child": {"name": "dwrr"}}}, "policy"),
         ({"policy": "fifo", "step_noise_cv": 0.1}, "step noise"),
         ({"policy": "vtc", "prefix_cache": {"blocks": 64}}, "prefix_cache"),
         ({"policy": "fifo", "preemption": {"mode": "recompute"}}, "preemption"),
@@ -405,6 +528,11 @@ def _records(path: str, engine: str, monkeypatch: pytest.MonkeyPatch, **sets: An
         ("scenarios/incident-fifo.yaml", {}),
         ("scenarios/fleet-80.yaml", {"run__duration": 4, "run__warmup": 1, "run__cooldown": 1,
                                      "scheduler__policy": "lcf"}),
+        *[
+            ("scenarios/fleet-80.yaml", {"run__duration": 4, "run__warmup": 1,
+                                         "run__cooldown": 1, "scheduler__policy": policy})
+            for policy in ("priority", "htb-sfq", "dwrr-wfq")
+        ],
     ],
 )  # fmt: skip
 def test_a_run_records_the_same_on_either_simulator(
@@ -430,13 +558,14 @@ def test_a_run_records_the_same_on_either_simulator(
 
 
 def test_the_simulator_choice_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
-    vtc, sfq = parse_scheduler_config({"policy": "vtc"}), parse_scheduler_config({"policy": "sfq"})
+    vtc = parse_scheduler_config({"policy": "vtc"})
+    sfq = parse_scheduler_config({"policy": {"name": "sfq", "child": "vtc"}})
     monkeypatch.setenv("FAIRBENCH_SIM_ENGINE", "fast")
     with pytest.raises(SimEngineError, match="FAIRBENCH_SIM_ENGINE='fast': not a simulator"):
         use_compiled(vtc)
     monkeypatch.setenv("FAIRBENCH_SIM_ENGINE", "compiled")
     assert use_compiled(vtc)
-    with pytest.raises(SimEngineError, match=r"needs the Python engine \(policy sfq\)"):
+    with pytest.raises(SimEngineError, match=r"needs the Python engine \(policy \{'name': 'sfq'"):
         use_compiled(sfq)
     monkeypatch.setenv("FAIRBENCH_SIM_ENGINE", "python")
     assert not use_compiled(vtc)

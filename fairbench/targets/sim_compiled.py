@@ -85,6 +85,7 @@ def simulate_plan(
     after its arrival there, as `sim.run_sim` does with the Python engine."""
     c = plan.columns
     weights = {t.id: t.weight for t in scn.tenants}
+    ranks = {name: c.priority for name, c in scn.slo_classes.items()}  # sim.plan_jobs's
     arrival = np.asarray(c["offset_ns"], dtype=np.int64) + delay_ns
     result = compiled.simulate_columns(
         c["prompt_tokens"],
@@ -99,6 +100,9 @@ def simulate_plan(
         timeout_ns=None if timeout_ns is None else max(0, timeout_ns - delay_ns),
         stop_ns=stop_ns,
         progress=progress,
+        class_rank=[ranks[name] for name in plan.slo_classes],
+        workload=c["workload"],
+        workload_names=list(plan.workloads),
     )
     n = len(arrival)
     unset = np.full(n, -1, dtype=np.int64)

@@ -9,9 +9,14 @@ arrays, and the loop is machine code: the engine's part of that run is about 2 C
 
 What it covers, and the rest. `supported(config)` says whether a configuration is one this
 driver runs: the reference engine, colocated, without preemption, a prefix cache, admission
-limits, control loops or step noise, with a policy of FIFO, VTC, LCF, DWRR (by tenant, over
-FIFO queues) or tiers over those (`_layout`). Everything else, and sessions and traces, runs
-in `virtual.simulate` as before; a caller asks `supported` first.
+limits, control loops or step noise, with every policy of the registry and every preset:
+FIFO, VTC, LCF, strict priority, WFQ, DWRR (by tenant, over FIFO or WFQ queues: `dwrr-wfq`),
+SFQ (over FIFO buckets) and tiers over any of those (`three-tier`, `htb-sfq`); `_layout` says
+which options. Everything else (a child that charges inside SFQ or DWRR, DWRR by class,
+sessions and traces) runs in `virtual.simulate` as before; a caller asks `supported` first.
+Where a policy's choice depends on something a Job carries that the columns do not (an SFQ
+bucket's salted hash, a priority level), it is computed here, per job, with the policy's own
+code (`_sfq_buckets`, `_levels`), and the loop reads it.
 
 Same output. This is a transcription of `virtual.simulate` (its `follow is None` path) and of
 `scheduler.engine.Engine` with those policies, event for event: the same arrival, timeout,
@@ -36,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from reference_scheduler.core.job import Job
 from reference_scheduler.drivers.compiled_codes import (
     CANCELLED,
     DWRR,
@@ -44,15 +50,20 @@ from reference_scheduler.drivers.compiled_codes import (
     LCF,
     N_STATE,
     NEVER,
+    PRIORITY,
+    QUEUE_FIFO,
+    QUEUE_WFQ,
     REJECTED,
     RUNNING,
     S_ENDED,
     S_IDLE,
     S_LOG,
     S_NOW,
+    SFQ,
     STATUS_NAMES,
     VTC,
     WAITING,
+    WFQ,
 )
 from reference_scheduler.scheduler.config import SchedulerConfig
 
@@ -67,7 +78,8 @@ __all__ = [
     "simulate_columns",
     "supported",
 ]
-_DWRR_COSTS = ("tokens", "weighted-tokens", "prompt", "requests")  # core.policy.COSTS
+_COSTS = ("tokens", "weighted-tokens", "prompt", "requests")  # core.policy.COSTS
+_KEYS = ("tenant", "slo_class", "flow")  # core.policy.KEYS
 
 
 @dataclass(frozen=True)
@@ -76,7 +88,8 @@ class _Layout:
 
     tiered: bool
     children: list[Any]  # each tier's child policy object (the configuration's own)
-    kinds: list[int]  # each tier's child kind
+    kinds: list[int]  # each tier's child kind (SFQ here; the loop runs it as DWRR)
+    queues: list[int]  # each tier's DWRR classes' queue (QUEUE_FIFO or QUEUE_WFQ)
     tier_by_class: dict[str, int]
     last: int  # the tier of a class no tier names
     floor_slots: list[float]
@@ -131,20 +144,32 @@ def _steps_fit(config: SchedulerConfig) -> bool:
     return (ms + extra_ms) * 1e6 < 2**39
 
 
-def _child_kind(child: Any) -> int | None:
-    """A tier's child as the loop knows it: exact types (a subclass may change anything)."""
+def _child_kind(child: Any) -> tuple[int, int] | None:
+    """A tier's child as the loop knows it, (kind, its DWRR classes' queue): exact types (a
+    subclass may change anything), options the loop transcribes."""
     from reference_scheduler.policies.dwrr import Dwrr
     from reference_scheduler.policies.fifo import Fifo
+    from reference_scheduler.policies.priority import Priority
+    from reference_scheduler.policies.sfq import Sfq
     from reference_scheduler.policies.vtc import Lcf, Vtc
+    from reference_scheduler.policies.wfq import Wfq
 
-    kind = {Fifo: FIFO, Vtc: VTC, Lcf: LCF}.get(type(child))
+    kind = {Fifo: FIFO, Vtc: VTC, Lcf: LCF, Priority: PRIORITY}.get(type(child))
     if kind is not None:
-        return kind
-    if type(child) is Dwrr:  # by tenant, over FIFO queues, a cost the loop knows
+        return kind, QUEUE_FIFO
+    if type(child) is Wfq:
+        ok = child._config["key"] in _KEYS and child._config["cost"] in _COSTS
+        return (WFQ, QUEUE_FIFO) if ok else None
+    if type(child) in (Dwrr, Sfq):  # over FIFO queues (Dwrr also over WFQ), a cost it knows
         config = child._config
-        ok = config["key"] == "tenant" and config["cost"] in _DWRR_COSTS
-        if ok and type(child._child()) is Fifo:
-            return DWRR
+        if config["cost"] not in _COSTS or config["key"] not in _KEYS:
+            return None
+        inner = _child_kind(child._child())
+        if type(child) is Sfq:
+            return (SFQ, QUEUE_FIFO) if inner == (FIFO, QUEUE_FIFO) else None
+        if config["key"] != "tenant" or inner not in ((FIFO, QUEUE_FIFO), (WFQ, QUEUE_FIFO)):
+            return None  # by tenant: a class's quantum is its tenant's weight
+        return DWRR, (QUEUE_WFQ if inner[0] == WFQ else QUEUE_FIFO)
     return None
 
 
@@ -156,13 +181,14 @@ def _layout(config: SchedulerConfig) -> _Layout | str:
     policy.bind(config.replicas * config.profile.max_num_seqs)  # as Engine does
     tiered = type(policy) is Tiered
     children = list(policy.children) if tiered else [policy]
-    kinds = [_child_kind(child) for child in children]
-    if any(kind is None for kind in kinds):
+    found = [_child_kind(child) for child in children]
+    if any(kind is None for kind in found):
         return f"policy {config.spec.policy}"
     return _Layout(
         tiered=tiered,
         children=children,
-        kinds=kinds,  # type: ignore[arg-type]
+        kinds=[kind for kind, _ in found],  # type: ignore[misc]
+        queues=[queue for _, queue in found],  # type: ignore[misc]
         tier_by_class=dict(policy._tier_by_class) if tiered else {},
         last=policy._last if tiered else 0,
         floor_slots=list(policy._floor_slots) if tiered else [0.0],
@@ -171,62 +197,192 @@ def _layout(config: SchedulerConfig) -> _Layout | str:
     )
 
 
-def _policy_config(
-    layout: _Layout,
-    prompt: np.ndarray,
-    outs: np.ndarray,
-    tenant_weight: np.ndarray,
-    tenant_names: Sequence[str],
-    slo_class: np.ndarray,
-    class_names: Sequence[str],
-) -> tuple[np.ndarray, ...]:
-    """compiled_loop's C tuple: each tier's kind, each job's tier and DWRR cost, each (tier,
-    tenant)'s DWRR quantum and VTC divisor, each tier's VTC prices, the tiers' floors and
-    ceilings in slots. The same floats the policy objects compute."""
-    n_tiers, n_ten = len(layout.kinds), len(tenant_names)
+@dataclass(frozen=True)
+class _Jobs:
+    """The job columns a policy's configuration is computed from (simulate_columns's)."""
+
+    prompt: np.ndarray
+    outs: np.ndarray
+    arrival: np.ndarray
+    tenant: np.ndarray
+    tenant_weight: np.ndarray
+    tenant_names: Sequence[str]
+    slo_class: np.ndarray
+    class_names: Sequence[str]
+    class_rank: Sequence[int] | None
+    workload: np.ndarray | None
+    workload_names: Sequence[str] | None
+    fits: int  # the longest job the engine takes (longer ones are refused, never enqueued)
+
+
+@dataclass(frozen=True)
+class _PolicyConfig:
+    """compiled_loop's C tuple, the width of a tier's classes, the WFQ flows, and each WFQ
+    instance's heap room (the jobs it will be given)."""
+
+    arrays: tuple[np.ndarray, ...]
+    width: int
+    flows: int
+    heap_room: np.ndarray
+
+
+def _cost(name: str, prompt: np.ndarray, outs: np.ndarray) -> np.ndarray:
+    """core.policy.COSTS of each job, as float(...) of the same ints."""
+    if name == "tokens":
+        return (prompt + outs).astype(np.float64)
+    if name == "weighted-tokens":
+        return (prompt + 2 * outs).astype(np.float64)
+    if name == "prompt":
+        return prompt.astype(np.float64)
+    return np.ones(len(prompt), dtype=np.float64)  # requests
+
+
+def _keys(key: str, jobs: _Jobs) -> tuple[np.ndarray, list[Job]]:
+    """core.policy.KEYS as codes: each job's key's code, and a Job bearing each code's key
+    (for the policies that hash it)."""
+    if key == "tenant":
+        return jobs.tenant, [Job(0, name, "", 0, 0, 0) for name in jobs.tenant_names]
+    if key == "slo_class":
+        return jobs.slo_class, [Job(0, "", name, 0, 0, 0) for name in jobs.class_names]
+    if jobs.workload is None or jobs.workload_names is None:
+        raise ValueError("a policy keyed by flow needs the jobs' workload column")
+    n_wl = len(jobs.workload_names)
+    pairs, codes = np.unique(jobs.tenant * n_wl + jobs.workload, return_inverse=True)
+    names = [
+        Job(0, jobs.tenant_names[p // n_wl], "", 0, 0, 0, flow=jobs.workload_names[p % n_wl])
+        for p in pairs.tolist()
+    ]
+    return codes.astype(np.int64), names
+
+
+def _sfq_buckets(sfq: Any, mine: np.ndarray, jobs: _Jobs) -> np.ndarray:
+    """Each of `mine`'s jobs' bucket (Sfq._class_key, called on `sfq` itself). The bucket
+    depends on when the job was enqueued: the salt is redrawn at the first enqueue of each
+    perturbation period. Jobs are enqueued at their arrival, in index order, unless refused
+    as too long; so each period's first such arrival draws the period's salt, and every key
+    hashed then gives the bucket of that key's jobs in that period. Periods × keys calls,
+    not one per job."""
+    codes, keyed = _keys(sfq._config["key"], jobs)
+    out = np.zeros(len(mine), dtype=np.int64)
+    enqueued = np.flatnonzero(mine & (jobs.prompt + jobs.outs <= jobs.fits))
+    if not len(enqueued):
+        return out
+    arrival = jobs.arrival[enqueued]
+    periods, first, which = np.unique(
+        arrival // sfq.perturb_ns, return_index=True, return_inverse=True
+    )
+    table = np.empty((len(periods), len(keyed)), dtype=np.int64)
+    for p, at in enumerate(first.tolist()):
+        now = int(arrival[at])
+        for c, job in enumerate(keyed):
+            table[p, c] = sfq._class_key(job, now)
+    out[enqueued] = table[which, codes[enqueued]]
+    return out
+
+
+def _levels(priority: Any, mine: np.ndarray, jobs: _Jobs) -> tuple[np.ndarray, int]:
+    """Each job's level in a Priority's order (its rank's place among the ranks the jobs
+    have), and how many levels: Priority._order lists only ranks seen, and an empty level
+    is skipped, so the ranks of all the tier's jobs order the levels the same way."""
+    if priority.by == "slo_class":
+        if jobs.class_rank is None:
+            raise ValueError("a priority policy by slo_class needs the classes' ranks")
+        rank_of = np.asarray(jobs.class_rank, dtype=np.int64)[jobs.slo_class]
+    else:
+        ranks = [priority.ranks.get(name, 1 << 30) for name in jobs.tenant_names]
+        rank_of = np.asarray(ranks, dtype=np.int64)[jobs.tenant]
+    levels = np.unique(rank_of[mine])
+    return np.searchsorted(levels, rank_of), len(levels)
+
+
+def _policy_config(layout: _Layout, jobs: _Jobs) -> _PolicyConfig:
+    """compiled_loop's C tuple: each tier's kind and classes' queue, each job's tier, class,
+    DWRR cost, WFQ flow, cost and weight, each (tier, class)'s DWRR quantum and VTC divisor,
+    each tier's VTC prices and WFQ rate, the tiers' floors and ceilings in slots. The same
+    floats the policy objects compute."""
+    n, n_tiers, n_ten = len(jobs.prompt), len(layout.kinds), len(jobs.tenant_names)
     class_tier = np.array(
-        [layout.tier_by_class.get(name, layout.last) for name in class_names] or [0],
+        [layout.tier_by_class.get(name, layout.last) for name in jobs.class_names] or [0],
         dtype=np.int64,
     )
-    tier = class_tier[np.asarray(slo_class, dtype=np.int64)] if layout.tiered else None
-    if tier is None:
-        tier = np.zeros(len(prompt), dtype=np.int64)
-    cost = np.zeros(len(prompt), dtype=np.float64)
-    quantum = np.zeros(n_tiers * n_ten, dtype=np.float64)
-    divisor = np.ones(n_tiers * n_ten, dtype=np.float64)
+    tier = class_tier[jobs.slo_class] if layout.tiered else np.zeros(n, dtype=np.int64)
+    tier = np.ascontiguousarray(tier, dtype=np.int64)
+    klass = np.zeros(n, dtype=np.int64)
+    flow = np.zeros(n, dtype=np.int64)
+    cost = np.zeros(n, dtype=np.float64)
+    wfq_cost = np.zeros(n, dtype=np.float64)
+    wfq_weight = np.ones(n, dtype=np.float64)
+    rate = np.ones(n_tiers, dtype=np.float64)
+    width, flows = max(n_ten, 1), 1
+    for k, (kind, child) in enumerate(zip(layout.kinds, layout.children, strict=True)):
+        mine = tier == k
+        if kind in (VTC, LCF, DWRR):
+            klass[mine] = jobs.tenant[mine]
+        elif kind == SFQ:
+            klass[mine] = _sfq_buckets(child, mine, jobs)[mine]
+            width = max(width, child.buckets)
+        elif kind == PRIORITY:
+            levels, count = _levels(child, mine, jobs)
+            klass[mine] = levels[mine]
+            width = max(width, count)
+        if kind in (DWRR, SFQ):
+            cost[mine] = _cost(child._config["cost"], jobs.prompt[mine], jobs.outs[mine])
+        wfq = child if kind == WFQ else None
+        if kind == DWRR and layout.queues[k] == QUEUE_WFQ:
+            wfq = child._child()  # each class's WFQ, all made alike
+        if wfq is not None:
+            codes, keyed = _keys(wfq._config["key"], jobs)
+            flow[mine] = codes[mine]
+            flows = max(flows, len(keyed))
+            wfq_cost[mine] = _cost(wfq._config["cost"], jobs.prompt[mine], jobs.outs[mine])
+            # Wfq.enqueue's weight: weights.get(job.tenant, job.weight)
+            by_tenant = [
+                wfq.weights.get(name, float(jobs.tenant_weight[t]))
+                for t, name in enumerate(jobs.tenant_names)
+            ]
+            wfq_weight[mine] = np.asarray(by_tenant, dtype=np.float64)[jobs.tenant[mine]]
+            rate[k] = wfq.rate_per_ns
+    quantum = np.zeros(n_tiers * width, dtype=np.float64)
+    divisor = np.ones(n_tiers * width, dtype=np.float64)
     price = np.zeros((n_tiers, 2), dtype=np.float64)
+    heap_room = np.zeros(n_tiers * width, dtype=np.int64)
     for k, (kind, child) in enumerate(zip(layout.kinds, layout.children, strict=True)):
         weights = child.weights if kind in (VTC, LCF, DWRR) else {}
-        for t, name in enumerate(tenant_names):
+        for t, name in enumerate(jobs.tenant_names):
             # the tenant's weight: the policy's configured one, else the job's (its tenant's)
-            w = weights.get(name, float(tenant_weight[t])) if weights else float(tenant_weight[t])
-            divisor[k * n_ten + t] = w
+            w = weights.get(name, float(jobs.tenant_weight[t]))
+            divisor[k * width + t] = w
             if kind == DWRR:
-                quantum[k * n_ten + t] = child.quantum * w
+                quantum[k * width + t] = child.quantum * w
+        if kind == SFQ:  # Sfq._weight is 1
+            quantum[k * width : (k + 1) * width] = child.quantum * 1.0
         if kind in (VTC, LCF):
             price[k] = (child.input_price, child.output_price)
-        if kind == DWRR:
-            mine = tier == k
-            name = child._config["cost"]
-            p, m = prompt[mine], outs[mine]
-            if name == "tokens":  # core.policy.COSTS, as float(...) of the same ints
-                cost[mine] = p + m
-            elif name == "weighted-tokens":
-                cost[mine] = p + 2 * m
-            elif name == "prompt":
-                cost[mine] = p
-            else:  # requests
-                cost[mine] = 1.0
-    return (
-        np.array(layout.kinds, dtype=np.int64),
-        np.ascontiguousarray(tier, dtype=np.int64),
+        mine = tier == k
+        if kind == WFQ:  # one WFQ, instance k * width
+            heap_room[k * width] = int(mine.sum())
+        elif kind == DWRR and layout.queues[k] == QUEUE_WFQ:  # one per class
+            heap_room[k * width : (k + 1) * width] = np.bincount(klass[mine], minlength=width)[
+                :width
+            ]
+    loop_kinds = [DWRR if kind == SFQ else kind for kind in layout.kinds]
+    arrays = (
+        np.array(loop_kinds, dtype=np.int64),
+        tier,
         cost,
         quantum,
         divisor,
         price,
         np.array(layout.floor_slots, dtype=np.float64),
         np.array(layout.lend_slots, dtype=np.float64),
+        klass,
+        np.array(layout.queues, dtype=np.int64),
+        flow,
+        wfq_cost,
+        wfq_weight,
+        rate,
     )
+    return _PolicyConfig(arrays, width, flows, heap_room)
 
 
 @dataclass
@@ -271,12 +427,17 @@ def simulate_columns(
     progress: Callable[[int, int], None] | None = None,
     slice_events: int = 4096,
     log_room: int = 1 << 16,
+    class_rank: Sequence[int] | None = None,
+    workload: np.ndarray | None = None,
+    workload_names: Sequence[str] | None = None,
 ) -> CompiledResult:
     """`virtual.simulate` of the jobs given as columns (sorted by arrival; `tenant` codes into
     `tenant_names` and `tenant_weight`, each tenant's Job.weight; `slo_class` codes into
-    `class_names`), for a configuration `supported` accepts. `slice_events`: events between
-    two `progress` calls; `log_room`: the decode-step log's first size, doubled when full
-    (both change nothing but the speed)."""
+    `class_names`, `class_rank` each class's Job.priority; `workload` codes into
+    `workload_names`, each job's Job.flow), for a configuration `supported` accepts. The
+    ranks are needed by a priority policy by class, the workloads by a policy keyed by flow.
+    `slice_events`: events between two `progress` calls; `log_room`: the decode-step log's
+    first size, doubled when full (both change nothing but the speed)."""
     why = supported(config)
     if why is not None:
         raise ValueError(f"the compiled driver does not run this configuration: {why}")
@@ -297,9 +458,14 @@ def simulate_columns(
     outs = np.ascontiguousarray(max_tokens, dtype=np.int64)
     arrival = np.ascontiguousarray(arrival_ns, dtype=np.int64)
     ten = np.ascontiguousarray(tenant, dtype=np.int64)
-    policy = _policy_config(
-        layout, prompt, outs, np.asarray(tenant_weight), tenant_names, slo_class, class_names
-    )
+    fits = min(config.max_model_len, config.kv_blocks * spec.block_size)
+    jobs = _Jobs(
+        prompt, outs, arrival, ten, np.asarray(tenant_weight, dtype=np.float64), tenant_names,
+        np.ascontiguousarray(slo_class, dtype=np.int64), class_names, class_rank,
+        None if workload is None else np.asarray(workload, dtype=np.int64), workload_names,
+        fits,
+    )  # fmt: skip
+    policy = _policy_config(layout, jobs)
     shift = max(n_rep - 1, 1).bit_length()
     if stop_ns is None or (stop_ns + (1 << 40)).bit_length() + shift > 62:
         # the running heap's keys are end << shift | replica, in an int64
@@ -314,7 +480,7 @@ def simulate_columns(
             int(prof.chunked_prefill),
             prof.admit_every,
             spec.block_size,
-            min(config.max_model_len, config.kv_blocks * spec.block_size),
+            fits,
             config.kv_blocks,
             round(prof.front_end_core_ms * 1e6),
             round(prof.idle_wake_ms * 1e6),
@@ -326,6 +492,8 @@ def simulate_columns(
             int(layout.charging),
             int(layout.tiered),  # Tiered.release counts running jobs; the others do nothing
             n_ten,
+            policy.width,
+            policy.flows,
         ],
         dtype=np.int64,
     )
@@ -333,7 +501,10 @@ def simulate_columns(
         [prof.a, prof.b, prof.c, prof.d, prof.e, prof.f, prof.floor, prof.constant_step_ms or 0.0],
         dtype=np.float64,
     )
-    arrays = _Arrays(n, n_rep, n_ten, len(layout.kinds), prof.max_num_seqs)
+    arrays = _Arrays(
+        n, n_rep, n_ten, len(layout.kinds), prof.max_num_seqs, policy.width, policy.flows,
+        policy.heap_room,
+    )  # fmt: skip
     state = np.zeros(N_STATE, dtype=np.int64)
     state[S_IDLE] = n_rep
     arrays.idle_heap[:n_rep] = np.arange(n_rep)
@@ -343,7 +514,7 @@ def simulate_columns(
     log_rep = np.empty(cap, dtype=np.int32)
     while True:
         code = compiled_loop.run(
-            state, ints, floats, prompt, outs, arrival, ten, policy, arrays.jobs(),
+            state, ints, floats, prompt, outs, arrival, ten, policy.arrays, arrays.jobs(),
             arrays.replicas(), arrays.policy(), arrays.heaps(), log_end, log_rep, slice_events,
         )  # fmt: skip
         if progress is not None:
@@ -420,7 +591,17 @@ def _check_columns(
 class _Arrays:
     """The loop's arrays: per job, per replica, per queue and per tenant."""
 
-    def __init__(self, n: int, n_rep: int, n_ten: int, n_tiers: int, seqs: int) -> None:
+    def __init__(
+        self,
+        n: int,
+        n_rep: int,
+        n_ten: int,
+        n_tiers: int,
+        seqs: int,
+        width: int,
+        flows: int,
+        heap_room: np.ndarray,
+    ) -> None:
         i64 = np.int64
 
         def full(size: int | tuple[int, int], value: int) -> np.ndarray:
@@ -450,9 +631,9 @@ class _Arrays:
         self.nxt = full(n, -1)  # the next job in its policy queue
         self.inq = np.zeros(n, dtype=np.bool_)  # in a policy queue (not removed)
         self.fresh = full(n, -1)
-        # the policy: per (tier, tenant) a queue, VTC's counter, DWRR's class; per tier the
-        # rest (compiled_loop's policy section)
-        pairs = n_tiers * n_ten
+        # the policy: per (tier, class) a queue, VTC's counter, DWRR's class, a WFQ; per tier
+        # the rest (compiled_loop's policy section)
+        pairs = n_tiers * width
         self.qhead = full(pairs, -1)
         self.qtail = full(pairs, -1)
         self.qlive = full(pairs, 0)
@@ -461,7 +642,7 @@ class _Arrays:
         self.backlogged = np.zeros(pairs, dtype=np.bool_)
         self.last_left = full(n_tiers, -1)
         self.seen = full(n_tiers, 0)
-        self.ring = full((n_tiers, max(n_ten, 1)), -1)
+        self.ring = full((n_tiers, width), -1)
         self.ring_head = full(n_tiers, 0)
         self.ring_size = full(n_tiers, 0)
         self.deficit = np.zeros(pairs, dtype=np.float64)
@@ -470,6 +651,29 @@ class _Arrays:
         self.head_cost = np.zeros(n_tiers, dtype=np.float64)
         self.running = full(n_tiers, 0)
         self.twaiting = full(n_tiers, 0)
+        # WFQ instances (one per (tier, class) slot, used where a WFQ is): GPS's state, each
+        # flow's last finish tag, weight and whether GPS-backlogged, and the instance's two
+        # heaps in its region of the heap arrays (as many entries as jobs it is given)
+        self.vtime = np.zeros(pairs, dtype=np.float64)
+        self.t_last = np.zeros(pairs, dtype=np.float64)
+        self.active_weight = np.zeros(pairs, dtype=np.float64)
+        self.gps_flows = full(pairs, 0)
+        self.gps_n = full(pairs, 0)
+        self.heap_off = np.concatenate(([0], np.cumsum(heap_room)[:-1])).astype(i64)
+        self.gps_size = full(pairs, 0)
+        self.jobs_size = full(pairs, 0)
+        wfq = bool(heap_room.any())
+        slots = pairs * flows if wfq else 1
+        self.finish = np.zeros(slots, dtype=np.float64)
+        self.flow_weight = np.zeros(slots, dtype=np.float64)
+        self.gps_on = np.zeros(slots, dtype=np.bool_)
+        room = max(int(heap_room.sum()), 1)
+        self.gps_key = np.zeros(room, dtype=np.float64)
+        self.gps_tie = full(room, 0)
+        self.gps_flow = full(room, 0)
+        self.jobs_key = np.zeros(room, dtype=np.float64)
+        self.jobs_tie = full(room, 0)
+        self.jobs_job = full(room, 0)
         # per replica
         self.rep_batch = full(n_rep, 0)
         self.rep_context = full(n_rep, 0)
@@ -515,7 +719,10 @@ class _Arrays:
             self.qhead, self.qtail, self.qlive, self.nxt, self.inq, self.counters, self.order,
             self.backlogged, self.last_left, self.seen, self.ring, self.ring_head,
             self.ring_size, self.deficit, self.active, self.dwaiting, self.head_cost,
-            self.running, self.twaiting,
+            self.running, self.twaiting, self.vtime, self.t_last, self.active_weight,
+            self.gps_flows, self.gps_n, self.heap_off, self.gps_size, self.jobs_size,
+            self.finish, self.flow_weight, self.gps_on, self.gps_key, self.gps_tie,
+            self.gps_flow, self.jobs_key, self.jobs_tie, self.jobs_job,
         )  # fmt: skip
 
     def heaps(self) -> tuple[np.ndarray, ...]:

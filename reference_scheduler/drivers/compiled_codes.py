@@ -9,7 +9,9 @@ NEVER = 1 << 62
 # job status codes (Job.status): the order of STATUS_NAMES
 WAITING, RUNNING, FINISHED, REJECTED, CANCELLED = 0, 1, 2, 3, 4
 STATUS_NAMES = ("waiting", "running", "finished", "rejected", "cancelled")
-FIFO, VTC, LCF, DWRR = 0, 1, 2, 3  # a tier's child (compiled_loop)
+# a tier's child (compiled_loop); SFQ is DWRR over hashed buckets, run as DWRR by the loop
+FIFO, VTC, LCF, DWRR, PRIORITY, WFQ, SFQ = 0, 1, 2, 3, 4, 5, 6
+QUEUE_FIFO, QUEUE_WFQ = 0, 1  # what orders each DWRR class's own jobs (its child)
 
 # the loop's scalar state, one int64 each in `state` (indices)
 (

@@ -21,6 +21,8 @@ from reference_scheduler.drivers.compiled_codes import (
     FINISHED,
     LCF,
     NEVER,
+    PRIORITY,
+    QUEUE_WFQ,
     REJECTED,
     RUNNING,
     S_D,
@@ -35,6 +37,7 @@ from reference_scheduler.drivers.compiled_codes import (
     S_WAITING,
     VTC,
     WAITING,
+    WFQ,
 )
 
 # ints' indices
@@ -59,7 +62,9 @@ from reference_scheduler.drivers.compiled_codes import (
     I_CHARGING,
     I_RELEASES,
     I_NTEN,
-) = range(20)
+    I_WIDTH,
+    I_FLOWS,
+) = range(22)
 # the tuples' members (compiled._Arrays: jobs(), replicas(), policy())
 (
     J_STATUS,
@@ -125,7 +130,25 @@ from reference_scheduler.drivers.compiled_codes import (
     P_HEAD_COST,
     P_RUNNING,
     P_TWAITING,
-) = range(19)
+    # WFQ: per instance, then per (instance, flow), then its two heaps (compiled._Arrays)
+    P_VTIME,
+    P_TLAST,
+    P_ACTIVE_WEIGHT,
+    P_GPS_FLOWS,
+    P_GPS_N,
+    P_HEAP_OFF,
+    P_GPS_SIZE,
+    P_JOBS_SIZE,
+    P_FINISH,
+    P_FLOW_WEIGHT,
+    P_GPS_ON,
+    P_GPS_KEY,
+    P_GPS_TIE,
+    P_GPS_FLOW,
+    P_JOBS_KEY,
+    P_JOBS_TIE,
+    P_JOBS_JOB,
+) = range(36)
 # the policy's configuration (compiled._policy_config)
 (
     C_KIND,
@@ -136,7 +159,13 @@ from reference_scheduler.drivers.compiled_codes import (
     C_PRICE,
     C_FLOOR,
     C_LEND,
-) = range(8)
+    C_CLASS,
+    C_QUEUE,
+    C_FLOW,
+    C_WFQ_COST,
+    C_WFQ_WEIGHT,
+    C_RATE,
+) = range(14)
 F_A, F_B, F_C, F_D, F_E, F_F, F_FLOOR, F_CONSTANT = range(8)
 
 
@@ -232,8 +261,12 @@ def _fh_remove(steps, seqs, jobs, size, i):
 
 # ------------------------------------------------------------ the policy: tiers of children
 # One or more tiers (Tiered's; one tier when the policy is not tiered), each with a child of
-# kind FIFO, VTC, LCF or DWRR (over FIFO queues, by tenant). Queue q = tier * T + tenant (FIFO
-# children use their tier's first), so a tier's tenants have their own queues and counters.
+# kind FIFO, VTC, LCF, DWRR (over FIFO or WFQ queues; SFQ runs as DWRR over its buckets),
+# PRIORITY or WFQ. Each job has a class in its tier (C_CLASS: its tenant for VTC, LCF and DWRR,
+# its bucket for SFQ, its level for PRIORITY, 0 for FIFO and WFQ), and queue q = tier * W +
+# class (W: ints[I_WIDTH], the most classes a tier has), so a tier's classes have their own
+# queues, counters and deficits. A WFQ (a tier's child, or a DWRR class's) is instance q of
+# the WFQ arrays, with a slot per flow (C_FLOW) at q * F + flow.
 
 
 @njit(cache=True, _nrt=False)
@@ -289,12 +322,100 @@ def _discard(P, q, j):
 
 
 @njit(cache=True, _nrt=False)
-def _lift(P, base, n_ten, k, t):
+def _wfq_advance(P, F, rate, w, now):
+    """Wfq._advance of WFQ instance w: GPS virtual time brought to `now`, retiring the flows
+    whose fluid backlog drains (their stale heap entries popped on the way)."""
+    vtime, t_last, weight = P[P_VTIME], P[P_TLAST], P[P_ACTIVE_WEIGHT]
+    flows, finish, flow_weight, active = P[P_GPS_FLOWS], P[P_FINISH], P[P_FLOW_WEIGHT], P[P_GPS_ON]
+    if now <= t_last[w]:
+        return
+    off = P[P_HEAP_OFF][w]
+    gsize = P[P_GPS_SIZE]
+    key, tie, flow = P[P_GPS_KEY][off:], P[P_GPS_TIE][off:], P[P_GPS_FLOW][off:]
+    while flows[w]:
+        top = key[0]
+        s = w * F + flow[0]
+        if not active[s] or finish[s] != top:  # stale
+            _fh_remove(key, tie, flow, gsize[w], 0)
+            gsize[w] -= 1
+            continue
+        reach = t_last[w] + (top - vtime[w]) * weight[w] / rate
+        if reach > now:
+            vtime[w] += (now - t_last[w]) * rate / weight[w]
+            break
+        vtime[w] = top
+        t_last[w] = reach
+        _fh_remove(key, tie, flow, gsize[w], 0)
+        gsize[w] -= 1
+        active[s] = False
+        flows[w] -= 1
+        weight[w] -= flow_weight[s]
+        if not flows[w]:
+            weight[w] = 0.0
+    t_last[w] = now
+
+
+@njit(cache=True, _nrt=False)
+def _wfq_enqueue(P, C, F, k, w, j, now):
+    """Wfq.enqueue of job j into WFQ instance w (of tier k): its finish tag, its flow GPS
+    backlogged. Ties between tags break by submission order, which is the jobs' index order
+    here (Job.seq)."""
+    _wfq_advance(P, F, C[C_RATE][k], w, now)
+    vtime, finish, flow_weight, active = P[P_VTIME], P[P_FINISH], P[P_FLOW_WEIGHT], P[P_GPS_ON]
+    s = w * F + C[C_FLOW][j]
+    weight = C[C_WFQ_WEIGHT][j]
+    flow_weight[s] = weight
+    start = finish[s] if finish[s] > vtime[w] else vtime[w]  # max(vtime, finish)
+    tag = start + C[C_WFQ_COST][j] / weight
+    finish[s] = tag
+    P[P_GPS_N][w] += 1
+    if not active[s]:
+        active[s] = True
+        P[P_GPS_FLOWS][w] += 1
+        P[P_ACTIVE_WEIGHT][w] += weight
+    off = P[P_HEAP_OFF][w]
+    size = P[P_GPS_SIZE][w]
+    key, tie, flow = P[P_GPS_KEY][off:], P[P_GPS_TIE][off:], P[P_GPS_FLOW][off:]
+    key[size], tie[size], flow[size] = tag, P[P_GPS_N][w], C[C_FLOW][j]
+    _fh_up(key, tie, flow, size)
+    P[P_GPS_SIZE][w] = size + 1
+    size = P[P_JOBS_SIZE][w]
+    key, tie, jobs = P[P_JOBS_KEY][off:], P[P_JOBS_TIE][off:], P[P_JOBS_JOB][off:]
+    key[size], tie[size], jobs[size] = tag, j, j
+    _fh_up(key, tie, jobs, size)
+    P[P_JOBS_SIZE][w] = size + 1
+    P[P_INQ][j] = True
+
+
+@njit(cache=True, _nrt=False)
+def _wfq_head(P, w):
+    """Wfq.peek of instance w: the smallest finish tag's job, removed ones popped; -1 if none."""
+    off = P[P_HEAP_OFF][w]
+    key, tie, jobs = P[P_JOBS_KEY][off:], P[P_JOBS_TIE][off:], P[P_JOBS_JOB][off:]
+    size, inq = P[P_JOBS_SIZE], P[P_INQ]
+    while size[w] and not inq[jobs[0]]:
+        _fh_remove(key, tie, jobs, size[w], 0)
+        size[w] -= 1
+    return jobs[0] if size[w] else -1
+
+
+@njit(cache=True, _nrt=False)
+def _wfq_take(P, w, j):
+    """Wfq.dequeue of the job `_wfq_head` just returned."""
+    off = P[P_HEAP_OFF][w]
+    size = P[P_JOBS_SIZE]
+    _fh_remove(P[P_JOBS_KEY][off:], P[P_JOBS_TIE][off:], P[P_JOBS_JOB][off:], size[w], 0)
+    size[w] -= 1
+    P[P_INQ][j] = False
+
+
+@njit(cache=True, _nrt=False)
+def _lift(P, base, width, k, t):
     """Vtc._lift of tenant t in tier k's VTC."""
     counters, backlogged, last_left = P[P_COUNTERS], P[P_BACKLOGGED], P[P_LAST_LEFT]
     found = False
     floor = 0.0
-    for u in range(n_ten):
+    for u in range(width):
         if backlogged[base + u] and u != t:
             c = counters[base + u]
             if not found or c < floor:
@@ -310,48 +431,70 @@ def _lift(P, base, n_ten, k, t):
 
 
 @njit(cache=True, _nrt=False)
-def _enqueue(P, C, n_ten, j, t):
-    """The policy's enqueue (Tiered's, then its tier's child: Fifo, Vtc or Dwrr); every job is
-    accepted."""
+def _enqueue(P, C, width, F, j, now):
+    """The policy's enqueue (Tiered's, then its tier's child); every job is accepted."""
     kinds, jtier, quantum = C[C_KIND], C[C_TIER], C[C_QUANTUM]
     counters, order, backlogged, seen = P[P_COUNTERS], P[P_ORDER], P[P_BACKLOGGED], P[P_SEEN]
     ring, ring_head, ring_size = P[P_RING], P[P_RING_HEAD], P[P_RING_SIZE]
     deficit, active, dwaiting = P[P_DEFICIT], P[P_ACTIVE], P[P_DWAITING]
     k = jtier[j]
     kind = kinds[k]
-    base = k * n_ten
+    base = k * width
+    t = C[C_CLASS][j]
+    q = base + t
     if kind == FIFO:
         _qpush(P, base, j)
-    elif kind == DWRR:
-        q = base + t
+    elif kind == PRIORITY:  # Priority.enqueue: its level's queue
         _qpush(P, q, j)
+    elif kind == WFQ:
+        _wfq_enqueue(P, C, F, k, base, j, now)
+    elif kind == DWRR:  # Dwrr.enqueue: the class's child, then the ring
+        if C[C_QUEUE][k] == QUEUE_WFQ:
+            _wfq_enqueue(P, C, F, k, q, j, now)
+        else:
+            _qpush(P, q, j)
         dwaiting[q] += 1
         if not active[q]:  # joins the ring at the back with one quantum
             active[q] = True
             deficit[q] = quantum[q]
-            ring[k, (ring_head[k] + ring_size[k]) % n_ten] = t
+            ring[k, (ring_head[k] + ring_size[k]) % width] = t
             ring_size[k] += 1
     else:
-        q = base + t
         if order[q] < 0:  # its queue is made, its counter starts at 0
             counters[q] = 0.0
             order[q] = seen[k]
             seen[k] += 1
         if P[P_QLIVE][q] == 0:
             if kind == VTC:
-                _lift(P, base, n_ten, k, t)
+                _lift(P, base, width, k, t)
             backlogged[q] = True
         _qpush(P, q, j)
     P[P_TWAITING][k] += 1
 
 
 @njit(cache=True, _nrt=False)
-def _peek_tier(P, C, n_ten, k):
+def _class_head(P, C, k, q):
+    """A DWRR class's child's peek: its FIFO's head or its WFQ's smallest tag."""
+    if C[C_QUEUE][k] == QUEUE_WFQ:
+        return _wfq_head(P, q)
+    return _head(P, q)
+
+
+@njit(cache=True, _nrt=False)
+def _peek_tier(P, C, width, k):
     """Tier k's child's peek: -1 if it has nothing to give."""
     kind = C[C_KIND][k]
-    base = k * n_ten
+    base = k * width
     if kind == FIFO:
         return _head(P, base)
+    if kind == WFQ:
+        return _wfq_head(P, base)
+    if kind == PRIORITY:  # Priority._first: the most urgent level with live jobs
+        qlive = P[P_QLIVE]
+        for q in range(base, base + width):
+            if qlive[q]:
+                return _head(P, q)
+        return -1
     if kind == DWRR:  # Dwrr._advance: rotate until the head class affords its head job
         cost, quantum = C[C_COST], C[C_QUANTUM]
         ring, ring_head, ring_size = P[P_RING], P[P_RING_HEAD], P[P_RING_SIZE]
@@ -359,9 +502,9 @@ def _peek_tier(P, C, n_ten, k):
         while ring_size[k]:
             t = ring[k, ring_head[k]]
             q = base + t
-            j = _head(P, q)
+            j = _class_head(P, C, k, q)
             if j < 0:  # emptied by removals
-                ring_head[k] = (ring_head[k] + 1) % n_ten
+                ring_head[k] = (ring_head[k] + 1) % width
                 ring_size[k] -= 1
                 active[q] = False
                 deficit[q] = 0.0
@@ -371,14 +514,14 @@ def _peek_tier(P, C, n_ten, k):
                 P[P_HEAD_COST][k] = c
                 return j
             deficit[q] += quantum[q]
-            ring_head[k] = (ring_head[k] + 1) % n_ten  # rotate(-1): the head to the back
-            ring[k, (ring_head[k] + ring_size[k] - 1) % n_ten] = t
+            ring_head[k] = (ring_head[k] + 1) % width  # rotate(-1): the head to the back
+            ring[k, (ring_head[k] + ring_size[k] - 1) % width] = t
         return -1
     # Vtc._pick: the lowest (counter, first-seen order) backlogged tenant
     counters, order, backlogged = P[P_COUNTERS], P[P_ORDER], P[P_BACKLOGGED]
     q = -1
     best_c = 0.0
-    for u in range(base, base + n_ten):
+    for u in range(base, base + width):
         if backlogged[u]:
             c = counters[u]
             if q < 0 or c < best_c or (c == best_c and order[u] < order[q]):
@@ -390,10 +533,10 @@ def _peek_tier(P, C, n_ten, k):
 
 
 @njit(cache=True, _nrt=False)
-def _peek(P, C, n_ten, tiered):
+def _peek(P, C, width, tiered):
     """The policy's peek: the job to admit next, -1 if none (Tiered: its tier's child's)."""
     if not tiered:
-        return _peek_tier(P, C, n_ten, 0)
+        return _peek_tier(P, C, width, 0)
     running, twaiting = P[P_RUNNING], P[P_TWAITING]
     floor_slots, lend_slots = C[C_FLOOR], C[C_LEND]
     borrower = -1  # Tiered._choose: the guarantee pass, then the borrowing pass
@@ -401,63 +544,83 @@ def _peek(P, C, n_ten, tiered):
         if not twaiting[k]:
             continue
         if running[k] < floor_slots[k]:
-            return _peek_tier(P, C, n_ten, k)
+            return _peek_tier(P, C, width, k)
         if borrower < 0 and running[k] < lend_slots[k]:
             borrower = k
     if borrower < 0:
         return -1
-    return _peek_tier(P, C, n_ten, borrower)
+    return _peek_tier(P, C, width, borrower)
 
 
 @njit(cache=True, _nrt=False)
-def _gone(P, C, n_ten, k, t):
+def _gone(P, C, width, k, t):
     """A VTC child's tenant queue emptied: it leaves the backlog."""
     kind = C[C_KIND][k]
-    if (kind == VTC or kind == LCF) and P[P_QLIVE][k * n_ten + t] == 0:  # noqa: SIM109
-        P[P_BACKLOGGED][k * n_ten + t] = False
+    if (kind == VTC or kind == LCF) and P[P_QLIVE][k * width + t] == 0:  # noqa: SIM109
+        P[P_BACKLOGGED][k * width + t] = False
         P[P_LAST_LEFT][k] = t
 
 
 @njit(cache=True, _nrt=False)
-def _take(P, C, n_ten, j, t):
+def _take(P, C, width, j):
     """The policy's take of the job `_peek` just returned."""
     k = C[C_TIER][j]
     kind = C[C_KIND][k]
-    base = k * n_ten
+    base = k * width
+    t = C[C_CLASS][j]
+    q = base + t
     if kind == FIFO:
         _pop_head(P, base, j)
-    elif kind == DWRR:  # Dwrr.take: the ring's head class pays the job's cost
-        q = base + t
+    elif kind == PRIORITY:
         _pop_head(P, q, j)
+    elif kind == WFQ:
+        _wfq_take(P, base, j)
+    elif kind == DWRR:  # Dwrr.take: the ring's head class pays the job's cost
+        if C[C_QUEUE][k] == QUEUE_WFQ:
+            _wfq_take(P, q, j)
+        else:
+            _pop_head(P, q, j)
         P[P_DEFICIT][q] -= P[P_HEAD_COST][k]
         P[P_DWAITING][q] -= 1
         if P[P_DWAITING][q] == 0:
-            P[P_RING_HEAD][k] = (P[P_RING_HEAD][k] + 1) % n_ten
+            P[P_RING_HEAD][k] = (P[P_RING_HEAD][k] + 1) % width
             P[P_RING_SIZE][k] -= 1
             P[P_ACTIVE][q] = False
             P[P_DEFICIT][q] = 0.0
     else:
-        _pop_head(P, base + t, j)
-        _gone(P, C, n_ten, k, t)
+        _pop_head(P, q, j)
+        _gone(P, C, width, k, t)
     P[P_RUNNING][k] += 1  # Tiered.take's counts (kept, unread, when not tiered)
     P[P_TWAITING][k] -= 1
 
 
 @njit(cache=True, _nrt=False)
-def _remove(P, C, n_ten, j, t):
+def _remove(P, C, width, j):
     """The policy's remove of a waiting job (cancelled)."""
     k = C[C_TIER][j]
     kind = C[C_KIND][k]
-    base = k * n_ten
+    base = k * width
+    t = C[C_CLASS][j]
+    q = base + t
+    inq = P[P_INQ]
     if kind == FIFO:
         gone = _discard(P, base, j)
-    else:
-        gone = _discard(P, base + t, j)
-        if kind == DWRR:
-            if gone:
-                P[P_DWAITING][base + t] -= 1
+    elif kind == PRIORITY:
+        gone = _discard(P, q, j)
+    elif kind == WFQ:  # Wfq.remove: popped when it reaches the heap's top
+        gone = inq[j]
+        inq[j] = False
+    elif kind == DWRR:
+        if C[C_QUEUE][k] == QUEUE_WFQ:
+            gone = inq[j]
+            inq[j] = False
         else:
-            _gone(P, C, n_ten, k, t)
+            gone = _discard(P, q, j)
+        if gone:
+            P[P_DWAITING][q] -= 1
+    else:
+        gone = _discard(P, q, j)
+        _gone(P, C, width, k, t)
     if gone:
         P[P_TWAITING][k] -= 1
 
@@ -469,11 +632,11 @@ def _release(P, C, j):
 
 
 @njit(cache=True, _nrt=False)
-def _charge(P, C, n_ten, k, t, prefill, decode):
+def _charge(P, C, width, k, t, prefill, decode):
     """The policy's charge (Tiered's: tier k's child; Vtc.charge, the same float operations)."""
     kind = C[C_KIND][k]
     if kind == VTC or kind == LCF:  # noqa: SIM109 (numba)
-        q = k * n_ten + t
+        q = k * width + t
         price = C[C_PRICE]
         P[P_COUNTERS][q] += (price[k, 0] * prefill + price[k, 1] * decode) / C[C_DIVISOR][q]
 
@@ -548,7 +711,7 @@ def _admit(J, R, P, state, ints, floats, prompt, outs, ten, C, r, now):
     pf = R[R_PF]
     pf_len = R[R_PF_LEN]
     tiered = ints[I_TIERED] != 0
-    n_ten = ints[I_NTEN]
+    width = ints[I_WIDTH]
     chunked = ints[I_CHUNKED] != 0
     cap = ints[I_CAP]
     max_seqs = ints[I_MAX_SEQS]
@@ -562,7 +725,7 @@ def _admit(J, R, P, state, ints, floats, prompt, outs, ten, C, r, now):
     while True:
         if chunked and rep_pending[r] >= budget:
             break
-        cand = _peek(P, C, n_ten, tiered) if state[S_WAITING] else -1
+        cand = _peek(P, C, width, tiered) if state[S_WAITING] else -1
         if cand < 0:
             break
         if not chunked and rep_pending[r] and rep_pending[r] + prompt[cand] > cap:
@@ -571,7 +734,7 @@ def _admit(J, R, P, state, ints, floats, prompt, outs, ten, C, r, now):
         if rep_slots[r] >= max_seqs or need > rep_free[r]:
             break
         t = ten[cand]
-        _take(P, C, n_ten, cand, t)
+        _take(P, C, width, cand)
         rep_free[r] -= need
         rep_slots[r] += 1
         blocks[cand] = need
@@ -588,7 +751,7 @@ def _admit(J, R, P, state, ints, floats, prompt, outs, ten, C, r, now):
         pf[r, pf_len[r]] = cand
         pf_len[r] += 1
         if charging:  # policy.charge(job, now, prompt_tokens): its prefill
-            _charge(P, C, n_ten, C[C_TIER][cand], t, prompt[cand], 0)
+            _charge(P, C, width, C[C_TIER][cand], t, prompt[cand], 0)
         rep_extra[r] += steal + wake
         wake = 0
     if state[S_FRESH]:
@@ -658,7 +821,7 @@ def _cancel(J, R, P, state, ints, prompt, outs, ten, C, j, now):
     blocks = J[J_BLOCKS]
     st = status[j]
     if st == WAITING:
-        _remove(P, C, ints[I_NTEN], j, ten[j])
+        _remove(P, C, ints[I_WIDTH], j)
         state[S_WAITING] -= 1
         if wait_since[j] >= 0:
             backlog[j] += now - wait_since[j]
@@ -687,7 +850,7 @@ def _submit(J, R, P, state, ints, prompt, outs, ten, C, j, now):
         status[j] = REJECTED
         reject_code[j] = 400
         return False
-    _enqueue(P, C, ints[I_NTEN], j, ten[j])
+    _enqueue(P, C, ints[I_WIDTH], ints[I_FLOWS], j, now)
     state[S_WAITING] += 1
     fresh[state[S_FRESH]] = j
     state[S_FRESH] += 1
@@ -729,6 +892,7 @@ def _step(J, R, P, state, ints, floats, prompt, outs, ten, C, log_end, log_rep, 
     charging = ints[I_CHARGING] != 0
     releases = ints[I_RELEASES] != 0
     n_ten = ints[I_NTEN]
+    width = ints[I_WIDTH]
     td_job = R[R_TD_JOB]
     tier = C[C_TIER]
     if state[S_WAITING] and (rep_batch[r] == 0 or rep_steps[r] % ints[I_ADMIT_EVERY] == 0):
@@ -796,7 +960,7 @@ def _step(J, R, P, state, ints, floats, prompt, outs, ten, C, log_end, log_rep, 
             for t in range(n_ten):
                 count = td[r, t]
                 if count:  # to the tier of the tenant's entry's job (Engine's tenant_decode)
-                    _charge(P, C, n_ten, tier[td_job[r, t]], t, 0, count)
+                    _charge(P, C, width, tier[td_job[r, t]], t, 0, count)
         steps_r, seqs_r, jobs_r = fh_step[r], fh_seq[r], fh_job[r]
         while fh_len[r] and steps_r[0] == k:  # Engine._finish_decoding, in seq order
             j = jobs_r[0]
@@ -851,7 +1015,7 @@ def _step(J, R, P, state, ints, floats, prompt, outs, ten, C, log_end, log_rep, 
                 td_job[r, t] = j
             td[r, t] += 1
             if charging:  # policy.charge(job, end, 0, 1)
-                _charge(P, C, n_ten, tier[j], t, 0, 1)
+                _charge(P, C, width, tier[j], t, 0, 1)
         for x in range(ready, m):
             pf[r, x - ready] = pf[r, x]
         pf_len[r] = m - ready
