@@ -138,3 +138,22 @@ def test_fifo_priority_orders() -> None:
 def test_unknown_policy_option_names_the_field() -> None:
     with pytest.raises(ValueError, match=r"policy\.child\.quantom: not an option of dwrr"):
         build_policy({"name": "dwrr", "child": {"name": "dwrr", "quantom": 1}})
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"name": "wfq", "weights": {"t0": 0}}, r"weights\['t0'\] must be a number > 0, got 0"),
+        ({"name": "dwrr", "weights": {"t1": -2}}, r"weights\['t1'\] must be a number > 0"),
+        ({"name": "vtc", "weights": {"t0": float("inf")}}, r"weights\['t0'\] must be a number"),
+        ({"name": "lcf", "weights": {"t0": "2"}}, r"weights\['t0'\] must be a number > 0"),
+        ({"name": "sfq", "perturb_s": 1e-12}, r"perturb_s must be at least 1e-9"),
+    ],
+)
+def test_a_weight_or_period_that_would_fail_mid_run_is_refused_first(
+    spec: dict[str, Any], message: str
+) -> None:
+    """A weight divides a share (WFQ, VTC) or scales a quantum (DWRR: 0 never ends a turn);
+    an SFQ period under a nanosecond divides by zero. Refused when the spec is built."""
+    with pytest.raises(ValueError, match=r"policy: " + message):
+        build_policy(spec)

@@ -22,6 +22,7 @@ holds only its algorithm.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -171,6 +172,22 @@ KEYS: dict[str, Callable[[Job], Any]] = {
     "slo_class": lambda job: job.slo_class,
     "flow": lambda job: (job.tenant, job.flow),
 }
+
+
+def checked_weights(weights: Mapping[str, float] | None) -> dict[str, float]:
+    """A policy's `weights` map, each a finite number > 0: a share divides by its weight (WFQ's
+    finish tags, VTC's counters) or scales a quantum by it (DWRR), so a weight of 0 would fail
+    mid-run or never let a tenant's turn end. Raised at configuration, naming the tenant."""
+    out = dict(weights or {})
+    for tenant, weight in out.items():
+        if (
+            isinstance(weight, bool)
+            or not isinstance(weight, int | float)
+            or not math.isfinite(weight)
+            or weight <= 0
+        ):
+            raise ValueError(f"weights[{tenant!r}] must be a number > 0, got {weight!r}")
+    return out
 
 
 def cost_fn(name: str) -> CostFn:

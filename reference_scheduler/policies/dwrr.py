@@ -45,6 +45,7 @@ from reference_scheduler.core.policy import (
     BasePolicy,
     Policy,
     Verdict,
+    checked_weights,
     cost_fn,
     key_fn,
     policy_hook,
@@ -103,7 +104,7 @@ class Dwrr(BasePolicy):
             "key": key,
             "weights": weights,
         }
-        self.weights = dict(weights or {})
+        self.weights = checked_weights(weights)
         self._classes: dict[Hashable, _Class] = {}
         self._class_of: dict[int, _Class] = {}  # waiting job id -> its class
         self._ring: deque[_Class] = deque()

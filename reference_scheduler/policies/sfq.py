@@ -43,8 +43,8 @@ class Sfq(Dwrr):
     ) -> None:
         if buckets < 1:
             raise ValueError(f"buckets must be >= 1, got {buckets}")
-        if perturb_s <= 0:
-            raise ValueError(f"perturb_s must be > 0, got {perturb_s}")
+        if not perturb_s >= 1e-9:  # its period is in whole nanoseconds (NaN fails too)
+            raise ValueError(f"perturb_s must be at least 1e-9 (one nanosecond), got {perturb_s}")
         super().__init__(child, quantum=quantum, cost=cost, key=key)
         self._config = {
             "child": child,

@@ -28,7 +28,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 from reference_scheduler.core.job import Job
-from reference_scheduler.core.policy import ACCEPTED, BasePolicy, JobQueue, Verdict
+from reference_scheduler.core.policy import (
+    ACCEPTED,
+    BasePolicy,
+    JobQueue,
+    Verdict,
+    checked_weights,
+)
 
 
 class Vtc(BasePolicy):
@@ -50,7 +56,7 @@ class Vtc(BasePolicy):
         }
         self.input_price = input_price
         self.output_price = output_price
-        self.weights = dict(weights or {})
+        self.weights = checked_weights(weights)
         self.counters: dict[str, float] = {}
         self._queues: dict[str, JobQueue] = {}
         self._order: dict[str, int] = {}  # first-seen order, for deterministic ties

@@ -27,7 +27,14 @@ from collections.abc import Hashable, Mapping
 from typing import Any, ClassVar
 
 from reference_scheduler.core.job import Job
-from reference_scheduler.core.policy import ACCEPTED, BasePolicy, Verdict, cost_fn, key_fn
+from reference_scheduler.core.policy import (
+    ACCEPTED,
+    BasePolicy,
+    Verdict,
+    checked_weights,
+    cost_fn,
+    key_fn,
+)
 
 
 class Wfq(BasePolicy):
@@ -47,7 +54,7 @@ class Wfq(BasePolicy):
         self.rate_per_ns = rate / 1e9
         self._cost = cost_fn(cost)
         self._key = key_fn(key)
-        self.weights = dict(weights or {})
+        self.weights = checked_weights(weights)
         self.vtime = 0.0
         self._t_last = 0
         self._finish: dict[Hashable, float] = {}  # last finish tag per flow
