@@ -419,11 +419,10 @@ _STATUS = ("ok", "cancelled", "rejected", "error", "timeout")  # a record's stat
 
 def _strings(codes: np.ndarray, names: Sequence[str]) -> pa.Array:
     """The string column names[codes], built in Arrow from the codes: the same values as an
-    array of a str per record, without those 1.9M Python objects per column (issue 35)."""
-    indices = pa.array(np.asarray(codes, dtype=np.int32))
-    return pa.DictionaryArray.from_arrays(indices, pa.array(names, type=pa.string())).cast(
-        pa.string()
-    )
+    array of a str per record, without those 1.9M Python objects per column (issue 35). A take
+    from the names, not a dictionary array cast to strings: the same array, a sixth of the
+    time (1.9M codes: 0.018 against 0.105 CPU s)."""
+    return pa.array(names, type=pa.string()).take(pa.array(np.asarray(codes, dtype=np.int32)))
 
 
 def columns_of(fields: dict[str, Any], plan: Plan) -> dict[str, tuple[Any, np.ndarray | None]]:
