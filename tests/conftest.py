@@ -132,6 +132,21 @@ def _machine_share(item: pytest.Item) -> Iterator[None]:
             fcntl.flock(machine, fcntl.LOCK_UN)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Compile the simulator's loop once, before the workers start (in the controller, or
+    in the one process of `-n 0`): numba compiles it on first use and caches it beside its
+    source (about 30 s on this machine). Left to the tests, both workers, and any `fairbench`
+    subprocess a test starts with a timeout of its own, would compile it at once, each paying
+    the 30 s, slower for the other's load."""
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller has done it
+        return
+    try:
+        from reference_scheduler.drivers.compiled import warm_up
+    except ImportError:  # numba missing: the compiled simulator is not used
+        return
+    warm_up()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """Setup, call and teardown of each test under `_machine_share`: an exclusive test's

@@ -556,6 +556,18 @@ def simulate_columns(
     )
 
 
+def warm_up() -> None:
+    """Have numba compile the loop now (or load it from its cache): one tiny run. For a
+    caller that would rather pay the first use's compile up front (the test suite)."""
+    from reference_scheduler.scheduler.config import parse_scheduler_config
+
+    one = np.ones(1, dtype=np.int64)
+    simulate_columns(
+        one, one, one, one * 0, np.ones(1), ["t"], one * 0, ["c"],
+        parse_scheduler_config({"policy": "fifo"}), stop_ns=10**9, class_rank=[0],
+    )  # fmt: skip
+
+
 def _check_columns(
     prompt: np.ndarray,
     outs: np.ndarray,
