@@ -194,8 +194,13 @@ def sim_speed(
     rows = []
     stage_cols: dict[str, dict[str, float]] = {}
     base = None
-    # the runs' processes as `fairbench run` starts (fairbench.cli.main.numpy_without_huge_pages)
-    env = {"NUMPY_MADVISE_HUGEPAGE": "0", **os.environ, "FAIRBENCH_SIM_ENGINE": engine}
+    # the runs' processes as `fairbench run` starts (fairbench.cli.main.allocator_settings)
+    env = {
+        "NUMPY_MADVISE_HUGEPAGE": "0",
+        "ARROW_DEFAULT_MEMORY_POOL": "system",
+        **os.environ,
+        "FAIRBENCH_SIM_ENGINE": engine,
+    }
     with tempfile.TemporaryDirectory() as tmp:
         # The compiled simulator is machine code made by numba on its first use and cached on
         # disk (reference_scheduler/drivers/compiled.py): a short run first, untimed, so each

@@ -193,21 +193,30 @@ def _trace_error(error: BaseException) -> bool:
     return traces is not None and isinstance(error, traces.TraceError)
 
 
-def numpy_without_huge_pages() -> None:
-    """Ask NumPy, before it is imported, not to madvise its large arrays into huge pages,
-    unless the user's environment says otherwise (NUMPY_MADVISE_HUGEPAGE, NumPy's own switch).
+def allocator_settings() -> None:
+    """Before NumPy or Arrow is imported, unless the user's environment says otherwise: ask
+    NumPy not to madvise its large arrays into huge pages (NUMPY_MADVISE_HUGEPAGE=0), and have
+    Arrow allocate with the system's allocator (ARROW_DEFAULT_MEMORY_POOL=system), not its
+    bundled mimalloc. No number a run reports depends on either.
+
     Why (issue 35): where transparent huge pages are `madvise` with `defrag` `madvise` (a
-    common kernel default), each madvised region may be compacted synchronously as it faults
-    in, and a fleet run allocates gigabytes of fresh arrays: the 10-minute VTC fleet took
-    22.0-22.8 CPU s with huge pages and 20.7-20.9 without (kernel 5.5-6.3 -> 4.5-4.7 s; the
-    summary and the engine faster, the report slower; benchmarks/bench_sim.py, whose runs
-    start the same way). No effect once NumPy is imported, nor on any number a run reports."""
+    common kernel default), memory madvised into huge pages may be compacted synchronously as
+    it faults in, and a fleet run allocates gigabytes of fresh arrays.
+    - NumPy: the 10-minute VTC fleet took 22.0-22.8 CPU s with huge pages and 20.7-20.9
+      without (kernel 5.5-6.3 -> 4.5-4.7 s).
+    - Arrow's mimalloc: the report's records frame of that fleet (15 columns of 1.9M rows) took
+      0.76-0.81 CPU s to convert, 0.73 of it the kernel's, against 0.15 with the system
+      allocator (0.13) and 0.19 with jemalloc; `fairbench run scenarios/fleet-80.yaml`, user +
+      system CPU, twice each, interleaved: 21.4 / 21.7 s with mimalloc, 19.5 / 20.4 s with the
+      system allocator, the same summary.json and records.parquet byte for byte.
+    benchmarks/bench_sim.py starts its runs the same way."""
     os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
+    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
 
 def main(argv: list[str] | None = None) -> None:
     """Run the command line; every way out is an exit code, bad input one line per problem."""
-    numpy_without_huge_pages()
+    allocator_settings()
     _register_optional_commands()
     try:
         code = app(args=argv, prog_name=PROG, standalone_mode=False)
