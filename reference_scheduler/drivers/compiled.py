@@ -12,8 +12,9 @@ driver runs: the reference engine, colocated, without preemption, a prefix cache
 limits, control loops or step noise, with every policy of the registry and every preset:
 FIFO, VTC, LCF, strict priority, WFQ, DWRR (by tenant, over FIFO or WFQ queues: `dwrr-wfq`),
 SFQ (over FIFO buckets) and tiers over any of those (`three-tier`, `htb-sfq`); `_layout` says
-which options. Everything else (a child that charges inside SFQ or DWRR, DWRR by class,
-sessions and traces) runs in `virtual.simulate` as before; a caller asks `supported` first.
+which options. Everything else (a child other than FIFO inside SFQ, other than FIFO or WFQ
+inside DWRR, DWRR keyed by class or flow, sessions and traces) runs in `virtual.simulate` as
+before; a caller asks `supported` first.
 Where a policy's choice depends on something a Job carries that the columns do not (an SFQ
 bucket's salted hash, a priority level), it is computed here, per job, with the policy's own
 code (`_sfq_buckets`, `_levels`), and the loop reads it.
