@@ -85,7 +85,7 @@ def simulate_plan(
     after its arrival there, as `sim.run_sim` does with the Python engine."""
     c = plan.columns
     weights = {t.id: t.weight for t in scn.tenants}
-    ranks = {name: c.priority for name, c in scn.slo_classes.items()}  # sim.plan_jobs's
+    ranks = {name: cls.priority for name, cls in scn.slo_classes.items()}  # sim.plan_jobs's
     arrival = np.asarray(c["offset_ns"], dtype=np.int64) + delay_ns
     result = compiled.simulate_columns(
         c["prompt_tokens"],
