@@ -580,6 +580,9 @@ def test_columns_the_loop_would_trust_are_checked() -> None:
     bad_tenant = {**w, "tenant": np.where(np.arange(20) == 3, 7, w["tenant"])}
     with pytest.raises(ValueError, match="tenant codes must index its 3 names"):
         _compiled(bad_tenant, config, None, int(5e9))
+    bad_workload = {**w, "workload": np.where(np.arange(20) == 5, 3, w["workload"])}
+    with pytest.raises(ValueError, match="workload codes must index its 3 names"):
+        _compiled(bad_workload, config, None, int(5e9))
     unsorted = {**w, "arrival": w["arrival"][::-1].copy()}
     with pytest.raises(ValueError, match="arrivals must be sorted"):
         _compiled(unsorted, config, None, int(5e9))

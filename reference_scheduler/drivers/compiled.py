@@ -248,7 +248,10 @@ def _keys(key: str, jobs: _Jobs) -> tuple[np.ndarray, list[Job]]:
     if jobs.workload is None or jobs.workload_names is None:
         raise ValueError("a policy keyed by flow needs the jobs' workload column")
     n_wl = len(jobs.workload_names)
-    pairs, codes = np.unique(jobs.tenant * n_wl + jobs.workload, return_inverse=True)
+    pair = jobs.tenant * n_wl + jobs.workload
+    # np.unique's codes (the pairs present, in order), counted rather than sorted: O(n)
+    present = np.bincount(pair, minlength=len(jobs.tenant_names) * n_wl) > 0
+    pairs, codes = np.flatnonzero(present), (np.cumsum(present) - 1)[pair]
     names = [
         Job(0, jobs.tenant_names[p // n_wl], "", 0, 0, 0, flow=jobs.workload_names[p % n_wl])
         for p in pairs.tolist()
@@ -306,13 +309,14 @@ def _policy_config(layout: _Layout, jobs: _Jobs) -> _PolicyConfig:
         [layout.tier_by_class.get(name, layout.last) for name in jobs.class_names] or [0],
         dtype=np.int64,
     )
-    tier = class_tier[jobs.slo_class] if layout.tiered else np.zeros(n, dtype=np.int64)
-    tier = np.ascontiguousarray(tier, dtype=np.int64)
-    klass = np.zeros(n, dtype=np.int64)
-    flow = np.zeros(n, dtype=np.int64)
-    cost = np.zeros(n, dtype=np.float64)
-    wfq_cost = np.zeros(n, dtype=np.float64)
-    wfq_weight = np.ones(n, dtype=np.float64)
+    # per job, as the rows of compiled_loop's C_JOB_I (CJ_*) and C_JOB_F (CJF_*)
+    job_int = np.zeros((3, n), dtype=np.int64)
+    tier, klass, flow = job_int
+    if layout.tiered:
+        np.take(class_tier, jobs.slo_class, out=tier)
+    job_float = np.zeros((3, n), dtype=np.float64)
+    cost, wfq_cost, wfq_weight = job_float
+    wfq_weight[:] = 1.0
     rate = np.ones(n_tiers, dtype=np.float64)
     width, flows = max(n_ten, 1), 1
     for k, (kind, child) in enumerate(zip(layout.kinds, layout.children, strict=True)):
@@ -367,21 +371,21 @@ def _policy_config(layout: _Layout, jobs: _Jobs) -> _PolicyConfig:
                 :width
             ]
     loop_kinds = [DWRR if kind == SFQ else kind for kind in layout.kinds]
+    # grouped as compiled_loop's C_* tuple members, their rows its CJ_*, CJF_*, CP_*, CT_*, CTF_*
     arrays = (
-        np.array(loop_kinds, dtype=np.int64),
-        tier,
-        cost,
-        quantum,
-        divisor,
-        price,
-        np.array(layout.floor_slots, dtype=np.float64),
-        np.array(layout.lend_slots, dtype=np.float64),
-        klass,
-        np.array(layout.queues, dtype=np.int64),
-        flow,
-        wfq_cost,
-        wfq_weight,
-        rate,
+        job_int,
+        job_float,
+        np.stack([quantum, divisor]),
+        np.array([loop_kinds, layout.queues], dtype=np.int64),
+        np.stack(
+            [
+                np.array(layout.floor_slots, dtype=np.float64),
+                np.array(layout.lend_slots, dtype=np.float64),
+                rate,
+                price[:, 0],
+                price[:, 1],
+            ]
+        ),
     )
     return _PolicyConfig(arrays, width, flows, heap_room)
 
@@ -446,6 +450,14 @@ def simulate_columns(
         prompt_tokens, max_tokens, arrival_ns, tenant, len(tenant_names), slo_class,
         len(class_names), len(tenant_weight), timeout_ns, slice_events,
     )  # fmt: skip
+    if workload is not None:
+        n_wl = len(workload_names or ())
+        if len(workload) != len(arrival_ns) or (
+            len(workload) and (int(np.min(workload)) < 0 or int(np.max(workload)) >= n_wl)
+        ):
+            raise ValueError(f"workload codes must index its {n_wl} names, one per job")
+    if class_rank is not None and len(class_rank) != len(class_names):
+        raise ValueError("one rank per class name")
     from reference_scheduler.drivers import compiled_loop
 
     layout = _layout(config)
@@ -620,122 +632,77 @@ class _Arrays:
         def full(size: int | tuple[int, int], value: int) -> np.ndarray:
             return np.full(size, value, dtype=i64)
 
-        # per job
+        # per job: the int64 columns as rows of one 2D array (compiled_loop's JI_*), each
+        # row's first value; the status; whether in a policy queue
+        firsts = {
+            "replica": -1, "admit": -1, "first_token": -1, "done": -1, "first_step": -1,
+            "last_step": -1, "backlog": 0, "passed_over": -1, "wait_since": -1,
+            "reject_code": 0, "generated": 0, "prefill_left": 0, "blocks": 0, "seq": 0,
+            "lead": -1, "seg_replica": -1, "seg_lead": -1, "seg_first": -1, "seg_count": -1,
+            "nxt": -1,  # the next job in its policy queue
+            "fresh": -1,
+        }  # fmt: skip
+        self.job_int = np.empty((len(firsts), n), dtype=i64)
+        for row, (name, first) in enumerate(firsts.items()):
+            self.job_int[row] = first
+            setattr(self, name, self.job_int[row])
         self.status = np.zeros(n, dtype=np.int8)
-        self.replica = full(n, -1)
-        self.admit = full(n, -1)
-        self.first_token = full(n, -1)
-        self.done = full(n, -1)
-        self.first_step = full(n, -1)
-        self.last_step = full(n, -1)
-        self.backlog = full(n, 0)
-        self.passed_over = full(n, -1)
-        self.wait_since = full(n, -1)
-        self.reject_code = full(n, 0)
-        self.generated = full(n, 0)
-        self.prefill_left = full(n, 0)
-        self.blocks = full(n, 0)
-        self.seq = full(n, 0)
-        self.lead = full(n, -1)
-        self.seg_replica = full(n, -1)
-        self.seg_lead = full(n, -1)
-        self.seg_first = full(n, -1)
-        self.seg_count = full(n, -1)
-        self.nxt = full(n, -1)  # the next job in its policy queue
-        self.inq = np.zeros(n, dtype=np.bool_)  # in a policy queue (not removed)
-        self.fresh = full(n, -1)
-        # the policy: per (tier, class) a queue, VTC's counter, DWRR's class, a WFQ; per tier
-        # the rest (compiled_loop's policy section)
-        pairs = n_tiers * width
-        self.qhead = full(pairs, -1)
-        self.qtail = full(pairs, -1)
-        self.qlive = full(pairs, 0)
-        self.counters = np.zeros(pairs, dtype=np.float64)
-        self.order = full(pairs, -1)  # first-seen order within the tier (-1: never seen)
-        self.backlogged = np.zeros(pairs, dtype=np.bool_)
-        self.last_left = full(n_tiers, -1)
-        self.seen = full(n_tiers, 0)
-        self.ring = full((n_tiers, width), -1)
-        self.ring_head = full(n_tiers, 0)
-        self.ring_size = full(n_tiers, 0)
-        self.deficit = np.zeros(pairs, dtype=np.float64)
-        self.active = np.zeros(pairs, dtype=np.bool_)
-        self.dwaiting = full(pairs, 0)
-        self.head_cost = np.zeros(n_tiers, dtype=np.float64)
-        self.running = full(n_tiers, 0)
-        self.twaiting = full(n_tiers, 0)
-        # WFQ instances (one per (tier, class) slot, used where a WFQ is): GPS's state, each
-        # flow's last finish tag, weight and whether GPS-backlogged, and the instance's two
+        self.inq = np.zeros(n, dtype=np.bool_)
+        # the policy (compiled_loop's policy section), its arrays grouped by type and length
+        # into 2D arrays whose rows compiled_loop names (PI_*, PF_*, ...): per (tier, class) a
+        # queue, VTC's counter, DWRR's class, a WFQ instance; per tier the rest. WFQ: GPS's
+        # state per instance, each flow's last finish tag and weight, and the instance's two
         # heaps in its region of the heap arrays (as many entries as jobs it is given)
-        self.vtime = np.zeros(pairs, dtype=np.float64)
-        self.t_last = np.zeros(pairs, dtype=np.float64)
-        self.active_weight = np.zeros(pairs, dtype=np.float64)
-        self.gps_flows = full(pairs, 0)
-        self.gps_n = full(pairs, 0)
-        self.heap_off = np.concatenate(([0], np.cumsum(heap_room)[:-1])).astype(i64)
-        self.gps_size = full(pairs, 0)
-        self.jobs_size = full(pairs, 0)
-        wfq = bool(heap_room.any())
-        slots = pairs * flows if wfq else 1
-        self.finish = np.zeros(slots, dtype=np.float64)
-        self.flow_weight = np.zeros(slots, dtype=np.float64)
+        pairs = n_tiers * width
+        self.p_int = np.zeros((10, pairs), dtype=i64)
+        for row in (0, 1, 3):  # PI_QHEAD, PI_QTAIL, PI_ORDER (-1: never seen)
+            self.p_int[row] = -1
+        self.p_int[7] = np.concatenate(([0], np.cumsum(heap_room)[:-1]))  # PI_HEAP_OFF
+        self.p_float = np.zeros((5, pairs), dtype=np.float64)
+        self.p_bool = np.zeros((2, pairs), dtype=np.bool_)
+        self.ring = full((n_tiers, width), -1)
+        self.p_tier = np.zeros((6, n_tiers), dtype=i64)
+        self.p_tier[0] = -1  # PT_LAST_LEFT
+        self.head_cost = np.zeros(n_tiers, dtype=np.float64)
+        slots = pairs * flows if heap_room.any() else 1
+        self.slot_float = np.zeros((2, slots), dtype=np.float64)
         self.gps_on = np.zeros(slots, dtype=np.bool_)
         room = max(int(heap_room.sum()), 1)
-        self.gps_key = np.zeros(room, dtype=np.float64)
-        self.gps_tie = full(room, 0)
-        self.gps_flow = full(room, 0)
-        self.jobs_key = np.zeros(room, dtype=np.float64)
-        self.jobs_tie = full(room, 0)
-        self.jobs_job = full(room, 0)
-        # per replica
-        self.rep_batch = full(n_rep, 0)
-        self.rep_context = full(n_rep, 0)
-        self.rep_decoding = full(n_rep, 0)
-        self.rep_pending = full(n_rep, 0)
-        self.rep_slots = full(n_rep, 0)
-        self.rep_free = full(n_rep, 0)
-        self.rep_extra = full(n_rep, 0)
-        self.rep_last_end = full(n_rep, -NEVER)  # never ran: idle for as long as it takes
-        self.rep_steps = full(n_rep, 0)
-        self.pf = full((n_rep, seqs), -1)  # prefilling jobs, admission order
-        self.pf_len = full(n_rep, 0)
-        # jobs decoding: a min-heap of (last decode step, seq) per replica, and the job
-        self.fh_step = full((n_rep, seqs), 0)
-        self.fh_seq = full((n_rep, seqs), 0)
-        self.fh_job = full((n_rep, seqs), -1)
-        self.fh_len = full(n_rep, 0)
-        self.td = full((n_rep, n_ten), 0)  # decoding jobs per replica and tenant
-        self.td_job = full((n_rep, n_ten), -1)  # the job that opened that count (its tier)
+        self.heap_float = np.empty((2, room), dtype=np.float64)  # written before read
+        self.heap_int = np.empty((4, room), dtype=i64)
+        # per replica: the int64 counts as rows of one 2D array (compiled_loop's RI_*); the
+        # prefilling jobs (admission order) and the decoding jobs' heap, a min-heap of (last
+        # decode step, seq) and the job, per slot (RQ_*); per tenant the decoding jobs and the
+        # job that opened that count, its tier (RT_*)
+        counts = (
+            "rep_batch", "rep_context", "rep_decoding", "rep_pending", "rep_slots", "rep_free",
+            "rep_extra", "rep_last_end", "rep_steps", "pf_len", "fh_len",
+        )  # fmt: skip
+        self.rep_int = np.zeros((len(counts), n_rep), dtype=i64)
+        for row, name in enumerate(counts):
+            setattr(self, name, self.rep_int[row])
+        self.rep_last_end[:] = -NEVER  # never ran: idle for as long as it takes
+        self.rep_slot = np.empty((4, n_rep, seqs), dtype=i64)
+        self.rep_slot[0] = -1  # pf
+        self.rep_slot[1:3] = 0  # fh_step, fh_seq
+        self.rep_slot[3] = -1  # fh_job
+        self.rep_tenant = np.empty((2, n_rep, n_ten), dtype=i64)
+        self.rep_tenant[0] = 0  # td: decoding jobs per replica and tenant
+        self.rep_tenant[1] = -1  # td_job
         self.run_heap = full(n_rep, 0)  # replicas stepping: end << shift | replica
         self.idle_heap = full(n_rep, 0)
 
     # compiled_loop's tuples, in the order its functions unpack them
     def jobs(self) -> tuple[np.ndarray, ...]:
-        return (
-            self.status, self.replica, self.admit, self.first_token, self.done, self.first_step,
-            self.last_step, self.backlog, self.passed_over, self.wait_since, self.reject_code,
-            self.generated, self.prefill_left, self.blocks, self.seq, self.lead,
-            self.seg_replica, self.seg_lead, self.seg_first, self.seg_count, self.nxt,
-            self.inq, self.fresh,
-        )  # fmt: skip
+        return (self.job_int, self.status, self.inq)
 
     def replicas(self) -> tuple[np.ndarray, ...]:
-        return (
-            self.rep_batch, self.rep_context, self.rep_decoding, self.rep_pending,
-            self.rep_slots, self.rep_free, self.rep_extra, self.rep_last_end, self.rep_steps,
-            self.pf, self.pf_len, self.fh_step, self.fh_seq, self.fh_job, self.fh_len, self.td,
-            self.td_job,
-        )  # fmt: skip
+        return (self.rep_int, self.rep_slot, self.rep_tenant)
 
     def policy(self) -> tuple[np.ndarray, ...]:
         return (
-            self.qhead, self.qtail, self.qlive, self.nxt, self.inq, self.counters, self.order,
-            self.backlogged, self.last_left, self.seen, self.ring, self.ring_head,
-            self.ring_size, self.deficit, self.active, self.dwaiting, self.head_cost,
-            self.running, self.twaiting, self.vtime, self.t_last, self.active_weight,
-            self.gps_flows, self.gps_n, self.heap_off, self.gps_size, self.jobs_size,
-            self.finish, self.flow_weight, self.gps_on, self.gps_key, self.gps_tie,
-            self.gps_flow, self.jobs_key, self.jobs_tie, self.jobs_job,
+            self.p_int, self.p_float, self.p_bool, self.ring, self.p_tier, self.head_cost,
+            self.nxt, self.inq, self.slot_float, self.gps_on, self.heap_float, self.heap_int,
         )  # fmt: skip
 
     def heaps(self) -> tuple[np.ndarray, ...]:
