@@ -1,13 +1,15 @@
 """Kaplan–Meier from any order by time (fairbench.analysis.censored._km, issue 35) is the
 former stable sort and lexsort's, array for array and bit for bit: ties of events and
-censorings in any mix, no ties, all censored, all observed, NaN times, one and none."""
+censorings in any mix, no ties, all censored, all observed, NaN times, one and none. Its
+products and sums over the events alone, and `_events_first` over the tied runs alone, are
+the former arrays of every position (`former_km`, `former_events_first`)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from fairbench.analysis.censored import Observations, _km
+from fairbench.analysis.censored import Observations, _events_first, _km
 
 
 def former_km(obs: Observations) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -55,3 +57,30 @@ def test_ties_put_events_before_censorings() -> None:
     times, cdf, _ = _km(obs)
     assert times.tolist() == [1.0, 5.0]
     assert cdf.tolist() == [0.25, 1 - 0.75 * (2 / 3)]
+
+
+def former_events_first(d: np.ndarray, same: np.ndarray) -> np.ndarray:
+    """_events_first as it was: the run start, length and position of every observation."""
+    starts = np.flatnonzero(np.concatenate(([True], ~same)))
+    events = np.add.reduceat(d.astype(np.int64), starts)
+    lengths = np.diff(np.append(starts, len(d)))
+    within = np.arange(len(d)) - np.repeat(starts, lengths)
+    return within < np.repeat(events, lengths)
+
+
+@pytest.mark.parametrize("seed", range(80))
+def test_events_first_is_the_former(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 2000))
+    levels = int(rng.choice([1, 2, 10, 200, n * 50]))  # every time tied … a few ties
+    t = np.sort(rng.integers(0, levels, n).astype(np.float64))
+    if seed % 5 == 0:  # a tie at both ends
+        t[:2], t[-2:] = t[0], t[-1]
+    same = t[1:] == t[:-1]
+    if not same.any():
+        same[int(rng.integers(0, n - 1))] = True  # as _km calls it: at least one tie
+    d = rng.random(n) < rng.choice([0.0, 0.05, 0.5, 0.95, 1.0])
+    found = _events_first(d, same)
+    assert found.dtype == bool
+    assert np.array_equal(found, former_events_first(d, same))
+    assert found.sum() == d.sum()  # only the flags move

@@ -395,26 +395,40 @@ def _km(obs: Observations) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         same = t[1:] == t[:-1]
         if same.any():  # ties: events first, as Kaplan–Meier wants
             d = _events_first(d, same)
-    n = len(t)
-    at_risk = (n - np.arange(n)).astype(np.float64)
+    # the products and sums over the events alone: a censoring's factor is 1.0 and its
+    # Greenwood term 0.0, and x · 1.0 = x and x + 0.0 = x exactly (cumprod and cumsum
+    # accumulate in order, pairing nothing), so F and its variance at the events are the
+    # whole array's read at them, to the bit, with no array of every position (issue 35: the
+    # 10-minute fleet's overall curves under three-tier, 1.5-1.7M each)
+    at = np.flatnonzero(d)
+    at_risk = (len(t) - at).astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
-        factor = np.where(d, 1.0 - 1.0 / at_risk, 1.0)
-        surv = np.cumprod(factor)
-        green = np.cumsum(np.where(d & (at_risk > 1), 1.0 / (at_risk * (at_risk - 1.0)), 0.0))
-    var = surv * surv * green
-    return t[d], 1.0 - surv[d], var[d]
+        surv = np.cumprod(1.0 - 1.0 / at_risk)
+        green = np.cumsum(np.where(at_risk > 1, 1.0 / (at_risk * (at_risk - 1.0)), 0.0))
+    return t[at], 1.0 - surv, surv * surv * green
 
 
 def _events_first(d: np.ndarray, same: np.ndarray) -> np.ndarray:
     """The event flags of observations in time order (`d`; `same[i]`: time i+1 equals time
     i) with each run of equal times reordered events first: the run's first e positions are
-    events, the rest censorings. Only the flags move: the times of a run are equal."""
-    starts = np.flatnonzero(np.concatenate(([True], ~same)))
-    events = np.add.reduceat(d.astype(np.int64), starts)
-    lengths = np.diff(np.append(starts, len(d)))
-    # position within its run < the run's events: an event
-    within = np.arange(len(d)) - np.repeat(starts, lengths)
-    return within < np.repeat(events, lengths)
+    events, the rest censorings. Only the flags move: the times of a run are equal.
+
+    Only the runs of two or more are read and rewritten: a run of one is its own order.
+    Why: the run starts, lengths and per-position arrays of every observation cost a group
+    with a few hundred ties as much as one where most times tie (issue 35: the TTFT and E2E
+    of the 10-minute fleet under three-tier, 1.7M observations and under 1,100 ties)."""
+    edge = np.diff(same.astype(np.int8), prepend=np.int8(0), append=np.int8(0))
+    lo = np.flatnonzero(edge == 1)  # each tied run's first position
+    hi = np.flatnonzero(edge == -1) + 1  # and one past its last
+    lengths = hi - lo
+    begin = np.cumsum(lengths) - lengths  # each run's first place among the tied positions
+    place = np.arange(int(lengths.sum()))
+    within = place - np.repeat(begin, lengths)  # position within its run
+    at = within + np.repeat(lo, lengths)  # the tied positions, run after run
+    events = np.add.reduceat(d[at].astype(np.int64), begin)
+    out = d.copy()
+    out[at] = within < np.repeat(events, lengths)
+    return out
 
 
 def quantile(obs: Observations, q: float) -> tuple[float, bool]:
