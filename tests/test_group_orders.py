@@ -1,11 +1,12 @@
-"""A group's latencies are ordered from the whole run's order (Cols.sub_order), not sorted
-again (issue 35): every figure must be the one its own sort gives, ties included."""
+"""A group's latencies are ordered from the whole run's order (Cols.sub_order, and the
+summary's ITL max through summary._RunOrdered), not sorted again (issue 35): every figure must
+be the one its own sort gives, ties included."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from fairbench.analysis import censored
+from fairbench.analysis import censored, summary
 from fairbench.analysis.columns import Cols, sub_order
 
 
@@ -42,3 +43,32 @@ def test_group_figures_are_those_of_its_own_sort() -> None:
         assert np.array_equal(got.score_acf, own.score_acf)
         for q in (0.5, 0.9, 0.99, 0.999):
             assert censored.quantile_estimate(got, q) == censored.quantile_estimate(own, q)
+
+
+def _rows(n: int, seed: int, censored_share: float) -> censored.RowObservations:
+    rng = np.random.default_rng(seed)
+    time = np.round(rng.lognormal(3.0, 1.0, n), 0)  # rounded: most of them tied
+    seen = rng.random(n) >= censored_share
+    eligible = rng.random(n) > 0.05
+    return censored.RowObservations(time, seen, eligible, np.cumsum(rng.exponential(1e6, n)))
+
+
+def test_itl_max_groups_are_those_of_their_own_sort() -> None:
+    for seed, share in ((1, 0.02), (2, 0.3), (3, 0.0)):
+        rows = _rows(20_000, seed, share)
+        ordered = summary._RunOrdered(rows)
+        run = ordered.select()
+        summary.latency_percentiles(run)  # the run's block: sorts only where some are censored
+        code = np.random.default_rng(seed + 10).integers(0, 4, 20_000)
+        for k in range(4):
+            mask = code == k
+            if k == 3:
+                mask[:] = False
+            got = ordered.select(mask)
+            assert ("_by_value" in got.__dict__) == (share > 0)  # the run's order, if it sorted
+            own = rows.select(mask)
+            assert summary.latency_percentiles(got) == summary.latency_percentiles(own)
+            if share > 0 and len(own):
+                assert np.array_equal(got.sorted_time, own.sorted_time)
+                for x, y in zip(got.km, own.km, strict=True):
+                    assert x.tobytes() == y.tobytes()
