@@ -72,3 +72,19 @@ def test_itl_max_groups_are_those_of_their_own_sort() -> None:
                 assert np.array_equal(got.sorted_time, own.sorted_time)
                 for x, y in zip(got.km, own.km, strict=True):
                     assert x.tobytes() == y.tobytes()
+
+
+def test_a_group_s_rows_by_index_are_its_mask_s() -> None:
+    """Cols.obs and RowObservations.select take a group's rows by index (columns.rows_of):
+    the arrays a boolean mask gives, element for element and dtype for dtype."""
+    cols = _cols(20_000, 5)
+    code = np.random.default_rng(4).integers(0, 3, 20_000)
+    rows = censored.RowObservations(cols.ttft_t, cols.ttft_o, cols.ttft_x, cols.t)
+    for k in range(3):
+        mask = code == k
+        keep = cols.ttft_x & mask
+        for got in (cols.obs("ttft", mask), rows.select(mask)):
+            assert got.t is not None
+            for x, y in ((got.time, cols.ttft_t[keep]), (got.observed, cols.ttft_o[keep])):
+                assert x.dtype == y.dtype and x.tobytes() == y.tobytes()
+            assert got.t.tobytes() == cols.t[keep].tobytes()

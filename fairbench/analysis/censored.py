@@ -291,7 +291,9 @@ class RowObservations:
     t: np.ndarray | None = None
 
     def select(self, mask: np.ndarray | None = None) -> Observations:
-        keep = self.eligible if mask is None else self.eligible & mask
+        # a group's rows by their indices: a boolean mask gathers each column element by
+        # element, a branch each (fairbench.analysis.columns.rows_of, issue 35)
+        keep = self.eligible if mask is None else np.flatnonzero(self.eligible & mask)
         t = None if self.t is None else self.t[keep]
         return Observations(self.time[keep], self.observed[keep], t)
 

@@ -184,7 +184,8 @@ class Cols:
         found = self._memo.get(key)
         if found is None:
             time, seen, eligible = (getattr(self, f"{which}_{s}") for s in ("t", "o", "x"))
-            keep = eligible if mask is None else eligible & mask
+            # a group's rows by their indices (`rows_of`), the run's through its dense mask
+            keep = eligible if mask is None else rows_of(eligible & mask)
             found = self._memo[key] = censored.Observations(
                 time[keep], seen[keep], self.t[keep], ranked=True
             )
@@ -206,7 +207,17 @@ def sub_order(order: np.ndarray, member: np.ndarray) -> np.ndarray:
     # int64 and no second array for the − 1 (a fifth off each call at 1.7M requests)
     within = np.cumsum(member, dtype=np.int32 if len(member) < 2**31 else np.int64)
     within -= 1
-    return within[order[member[order]]]
+    return within[order[rows_of(member[order])]]
+
+
+def rows_of(mask: np.ndarray) -> np.ndarray:
+    """The indices of a mask's True rows: `values[rows_of(mask)]` is `values[mask]`, the same
+    elements in the same order. Why: NumPy gathers through a boolean mask element by element,
+    a branch each, and a group's rows interleave with the others' at random, so the branch is
+    mispredicted about as often as not; finding the indices once (vectorised) and taking by
+    them was 5x faster for three columns of a fleet tenant (issue 35: 864k of the 10-minute
+    three-tier run's 1.73M rows, 23.5 -> 4.2 ms), and pays off from the second column on."""
+    return np.flatnonzero(mask)
 
 
 def _mask_key(mask: np.ndarray | None) -> int:

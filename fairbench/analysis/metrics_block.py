@@ -13,7 +13,7 @@ import numpy as np
 from scipy import special
 
 from fairbench.analysis.censored import average_ranks
-from fairbench.analysis.columns import Cols, sub_order
+from fairbench.analysis.columns import Cols, rows_of, sub_order
 from fairbench.analysis.definitions import METRICS
 from fairbench.analysis.intervals import share_interval
 from fairbench.analysis.metric import Metric
@@ -48,15 +48,16 @@ def _entry(
         rows = pop if mask is None else pop & mask
         n = int(rows.sum())
         if n and math.isfinite(value):
-            x = indicator[rows]
+            at = rows if mask is None else rows_of(rows)  # a group's by index (rows_of)
+            x = indicator[at]
             s = z = None
             if score is not None and by_value is not None:
-                s = score[rows]
+                s = score[at]
                 # the group's normal scores from the run's order by value (O(n), no sort)
                 sub = sub_order(by_value, rows)
                 z = special.ndtri(average_ranks(s[sub], sub) / (n + 1))
             if not in_order:  # else c.t[rows] is in time order: its stable argsort is 0 … n−1
-                order = np.argsort(c.t[rows], kind="stable")
+                order = np.argsort(c.t[at], kind="stable")
                 x = x[order]
                 if s is not None and z is not None:
                     s, z = s[order], z[order]

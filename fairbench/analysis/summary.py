@@ -48,7 +48,7 @@ from fairbench.analysis.blocks import (
     starvation_block,
     unloaded_ns,
 )
-from fairbench.analysis.columns import Cols, sub_order
+from fairbench.analysis.columns import Cols, rows_of, sub_order
 from fairbench.analysis.fairness_ci import service_difference_interval
 from fairbench.analysis.isolation import isolation_detail
 from fairbench.analysis.registry import metrics_block
@@ -188,9 +188,11 @@ def group_block(
     column arrays under a mask: no copy of the frame per group. `df` may be the frame or its
     `_BlockColumns`, converted once for every group."""
     arrays = df if isinstance(df, _BlockColumns) else _BlockColumns.of(df)
-    sel = np.ones(len(arrays.status), dtype=bool) if rows is None else rows
+    # the group's rows by their indices, taken from each column: the mask's elements in its
+    # order, without its branch per element (columns.rows_of, issue 35)
+    sel: slice | np.ndarray = slice(None) if rows is None else rows_of(rows)
     status = arrays.status[sel]
-    n = int(sel.sum())
+    n = len(status)
     found = np.bincount(status[status >= 0], minlength=len(STATUSES))
     counts = {s: int(found[k]) for k, s in enumerate(STATUSES)}
     ok = status == 0
