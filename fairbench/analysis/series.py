@@ -12,6 +12,7 @@ import pandas as pd
 
 from fairbench.analysis import censored, frame_memo
 from fairbench.analysis import metrics as m
+from fairbench.analysis.columns import rows_of
 
 MAX_POINTS = 400
 
@@ -35,7 +36,9 @@ def latency_cdfs(
     # groups as codes in sorted-name order (frame_memo): no Python str per request
     codes, names = frame_memo.codes(df, by)
     groups = codes[ok]
-    rows = {names[k]: groups == k for k in np.unique(groups).tolist() if k >= 0}
+    # each group's rows by index, taken from each latency (a mask gathers with a branch per
+    # element: fairbench.analysis.columns.rows_of, issue 35)
+    rows = {names[k]: rows_of(groups == k) for k in np.unique(groups).tolist() if k >= 0}
     out: dict[str, dict[str, tuple[list[float], list[float]]]] = {}
     for name, fn in (("TTFT", m.ttft_ns), ("TPOT", m.tpot_ns), ("E2E", m.e2e_ns)):
         values = fn(df)[ok] / 1e6
@@ -138,7 +141,8 @@ class _TenantService:
         span: np.ndarray,
         cost: np.ndarray,
     ) -> None:
-        self.start, self.end, self.span, self.cost = start[rows], end[rows], span[rows], cost[rows]
+        at = rows_of(rows)  # by index, for four columns (columns.rows_of, issue 35)
+        self.start, self.end, self.span, self.cost = start[at], end[at], span[at], cost[at]
         self.instant = self.end - self.start <= 0
 
     def within(self, lo: float, hi: float) -> float:
@@ -157,7 +161,8 @@ class _TenantDemand:
     """One tenant's requests by arrival (s), with the tokens each asked for."""
 
     def __init__(self, rows: np.ndarray, arrive: np.ndarray, cost: np.ndarray) -> None:
-        self.arrive, self.cost = arrive[rows], cost[rows]
+        at = rows_of(rows)  # by index (columns.rows_of, issue 35)
+        self.arrive, self.cost = arrive[at], cost[at]
         self.ordered = m.nondecreasing(self.arrive)
 
     def within(self, lo: float, hi: float) -> float:
