@@ -401,13 +401,28 @@ def _km(obs: Observations) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     # Greenwood term 0.0, and x · 1.0 = x and x + 0.0 = x exactly (cumprod and cumsum
     # accumulate in order, pairing nothing), so F and its variance at the events are the
     # whole array's read at them, to the bit, with no array of every position (issue 35: the
-    # 10-minute fleet's overall curves under three-tier, 1.5-1.7M each)
+    # 10-minute fleet's overall curves under three-tier, 1.5-1.7M each). The same operations
+    # in place, the kept times taken first: fresh temporaries laid out around the kept arrays
+    # raised the three-tier summary's peak RSS by 45 MB
     at = np.flatnonzero(d)
-    at_risk = (len(t) - at).astype(np.float64)
+    times = t[at]
+    at_risk = np.subtract(len(t), at, dtype=np.float64)  # exact: both below 2**53
+    del at
     with np.errstate(divide="ignore", invalid="ignore"):
-        surv = np.cumprod(1.0 - 1.0 / at_risk)
-        green = np.cumsum(np.where(at_risk > 1, 1.0 / (at_risk * (at_risk - 1.0)), 0.0))
-    return t[at], 1.0 - surv, surv * surv * green
+        surv = np.divide(1.0, at_risk)
+        np.subtract(1.0, surv, out=surv)
+        np.cumprod(surv, out=surv)
+        green = at_risk - 1.0
+        green *= at_risk  # (n − 1) · n, the same product as n · (n − 1)
+        np.divide(1.0, green, out=green)
+        green[at_risk <= 1] = 0.0
+        np.cumsum(green, out=green)
+    del at_risk
+    var = surv * surv
+    var *= green  # (S · S) · G, as S * S * G associates
+    del green
+    np.subtract(1.0, surv, out=surv)
+    return times, surv, var
 
 
 def _events_first(d: np.ndarray, same: np.ndarray) -> np.ndarray:
