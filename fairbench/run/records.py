@@ -32,6 +32,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from fairbench.plan.parquet import write_table
+
 RECORD_SCHEMA_VERSION = 6  # 2: t_end_ns; 3: rx_delay_ns, rx_delay_max_ns, rx_error_ns,
 # server_received_ns, t_written_ns; 4: passed_over_ns, backlog_ns; 5: prefill_ns,
 # kv_transfer_ns, decode_wait_ns; 6: session_id, turn
@@ -243,24 +245,11 @@ def records_frame(records: Records) -> pd.DataFrame:
 
 
 def write_records(records: Records, path: Path) -> None:
-    """records.parquet: the records in request_id order, zstd-compressed. The integer columns
-    (times, counts) are delta-encoded, not dictionary-encoded: nanosecond times have nearly as
-    many values as rows, so the writer's dictionary attempt was wasted work before it fell back
-    (issue 35: the 10-minute fleet's 1.9M records took 1.4 CPU s to write, 0.9 this way, and the
-    file is 5% smaller). The strings (tenants, classes, statuses) keep their dictionaries. Any
-    Parquet reader reads both encodings; the data read back is the same."""
+    """records.parquet: the records in request_id order (plan.parquet.write_table's encodings)."""
     table = sorted_table(records).replace_schema_metadata(
         {"fairbench.record_schema": str(RECORD_SCHEMA_VERSION)}
     )
-    pq.write_table(
-        table,
-        str(path),
-        compression="zstd",
-        use_dictionary=[f.name for f in table.schema if pa.types.is_string(f.type)],
-        column_encoding={
-            f.name: "DELTA_BINARY_PACKED" for f in table.schema if pa.types.is_integer(f.type)
-        },
-    )
+    write_table(table, path)
     del table
     release_arrow_memory()
 
