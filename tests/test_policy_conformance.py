@@ -148,6 +148,7 @@ def test_unknown_policy_option_names_the_field() -> None:
         ({"name": "vtc", "weights": {"t0": float("inf")}}, r"weights\['t0'\] must be a number"),
         ({"name": "lcf", "weights": {"t0": "2"}}, r"weights\['t0'\] must be a number > 0"),
         ({"name": "sfq", "perturb_s": 1e-12}, r"perturb_s must be at least 1e-9"),
+        ({"name": "priority", "by": "tenant", "ranks": {"t0": "1"}}, r"ranks\['t0'\] must be"),
     ],
 )
 def test_a_weight_or_period_that_would_fail_mid_run_is_refused_first(

@@ -331,6 +331,15 @@ CASES = {
         2.0,
         20,
     ),
+    # ranks that are not integers order as Python orders them (c, then b at 0.5, a last)
+    "priority-float-ranks": (
+        {"policy": {"name": "priority", "by": "tenant", "ranks": {"b": 0.5, "c": 0, "a": 1e20}}},
+        150,
+        None,
+        20,
+    ),
+    # a period past every int64 time: never perturbed
+    "sfq-never-perturbed": ({"policy": {"name": "sfq", "perturb_s": 1e10}}, 150, 2.0, 20),
     # WFQ at the pool's derived rate, at a rate far too low (finish tags rule) and far too high
     # (GPS empties between arrivals), keyed by tenant, flow and class, with each cost
     "wfq-3": ({"policy": "wfq", "replicas": 3}, 60, 4.0, 30),
@@ -592,6 +601,23 @@ def test_columns_the_loop_would_trust_are_checked() -> None:
     assert_same(
         _python(w, config, None, int(5e9)), _compiled(w, config, None, int(5e9), slice_events=1)
     )
+
+
+def test_wfq_state_is_kept_for_the_flows_the_jobs_have() -> None:
+    """dwrr-wfq over 300 tenants of 3 workloads each: a slot per (instance, flow) the jobs
+    have (900), not per instance and flow (300 x 900)."""
+    tenants = [f"t{k}" for k in range(300)]
+    n = 3000
+    rng = np.random.default_rng(0)
+    layout = compiled._layout(parse_scheduler_config({"policy": "dwrr-wfq"}))
+    assert not isinstance(layout, str)
+    jobs = compiled._Jobs(
+        np.full(n, 10), np.full(n, 5), np.arange(n, dtype=np.int64) * 1000,
+        np.arange(n) % 300, np.ones(300), tenants, np.zeros(n, dtype=np.int64), ["c"], [0],
+        rng.integers(0, 3, n), ["x", "y", "z"], 10**6,
+    )  # fmt: skip
+    config = compiled._policy_config(layout, jobs)
+    assert config.slots == len({(t, w) for t, w in zip(jobs.tenant, jobs.workload, strict=True)})
 
 
 def test_a_profile_whose_steps_overflow_int64_runs_in_python() -> None:

@@ -218,12 +218,12 @@ class _Jobs:
 
 @dataclass(frozen=True)
 class _PolicyConfig:
-    """compiled_loop's C tuple, the width of a tier's classes, the WFQ flows, and each WFQ
-    instance's heap room (the jobs it will be given)."""
+    """compiled_loop's C tuple, the width of a tier's classes, the WFQ (instance, flow) slots,
+    and each WFQ instance's heap room (the jobs it will be given)."""
 
     arrays: tuple[np.ndarray, ...]
     width: int
-    flows: int
+    slots: int
     heap_room: np.ndarray
 
 
@@ -272,9 +272,9 @@ def _sfq_buckets(sfq: Any, mine: np.ndarray, jobs: _Jobs) -> np.ndarray:
     if not len(enqueued):
         return out
     arrival = jobs.arrival[enqueued]
-    periods, first, which = np.unique(
-        arrival // sfq.perturb_ns, return_index=True, return_inverse=True
-    )
+    # a period past every int64 time (perturb_s of 9.2e9 s or more) never ends: period 0
+    period_ns = min(sfq.perturb_ns, 1 << 62)
+    periods, first, which = np.unique(arrival // period_ns, return_index=True, return_inverse=True)
     table = np.empty((len(periods), len(keyed)), dtype=np.int64)
     for p, at in enumerate(first.tolist()):
         now = int(arrival[at])
@@ -291,12 +291,15 @@ def _levels(priority: Any, mine: np.ndarray, jobs: _Jobs) -> tuple[np.ndarray, i
     if priority.by == "slo_class":
         if jobs.class_rank is None:
             raise ValueError("a priority policy by slo_class needs the classes' ranks")
-        rank_of = np.asarray(jobs.class_rank, dtype=np.int64)[jobs.slo_class]
+        ranks, codes = list(jobs.class_rank), jobs.slo_class
     else:
         ranks = [priority.ranks.get(name, 1 << 30) for name in jobs.tenant_names]
-        rank_of = np.asarray(ranks, dtype=np.int64)[jobs.tenant]
-    levels = np.unique(rank_of[mine])
-    return np.searchsorted(levels, rank_of), len(levels)
+        codes = jobs.tenant
+    # ordered as Python orders the ranks themselves (a float rank, an int past int64, equal
+    # ranks of two types), the order Priority keeps them in
+    order = sorted(set(ranks))
+    level = np.array([order.index(rank) for rank in ranks], dtype=np.int64)
+    return level[codes], len(order)
 
 
 def _policy_config(layout: _Layout, jobs: _Jobs) -> _PolicyConfig:
@@ -318,7 +321,8 @@ def _policy_config(layout: _Layout, jobs: _Jobs) -> _PolicyConfig:
     cost, wfq_cost, wfq_weight = job_float
     wfq_weight[:] = 1.0
     rate = np.ones(n_tiers, dtype=np.float64)
-    width, flows = max(n_ten, 1), 1
+    width = max(n_ten, 1)
+    wfq_jobs = np.zeros(n, dtype=np.bool_)  # the jobs a WFQ orders (their flows need slots)
     for k, (kind, child) in enumerate(zip(layout.kinds, layout.children, strict=True)):
         mine = tier == k
         if kind in (VTC, LCF, DWRR):
@@ -336,9 +340,9 @@ def _policy_config(layout: _Layout, jobs: _Jobs) -> _PolicyConfig:
         if kind == DWRR and layout.queues[k] == QUEUE_WFQ:
             wfq = child._child()  # each class's WFQ, all made alike
         if wfq is not None:
-            codes, keyed = _keys(wfq._config["key"], jobs)
+            codes, _ = _keys(wfq._config["key"], jobs)
             flow[mine] = codes[mine]
-            flows = max(flows, len(keyed))
+            wfq_jobs |= mine
             wfq_cost[mine] = _cost(wfq._config["cost"], jobs.prompt[mine], jobs.outs[mine])
             # Wfq.enqueue's weight: weights.get(job.tenant, job.weight)
             by_tenant = [
@@ -370,6 +374,7 @@ def _policy_config(layout: _Layout, jobs: _Jobs) -> _PolicyConfig:
             heap_room[k * width : (k + 1) * width] = np.bincount(klass[mine], minlength=width)[
                 :width
             ]
+    slots = _flow_slots(flow, klass, tier, wfq_jobs, layout, width)
     loop_kinds = [DWRR if kind == SFQ else kind for kind in layout.kinds]
     # grouped as compiled_loop's C_* tuple members, their rows its CJ_*, CJF_*, CP_*, CT_*, CTF_*
     arrays = (
@@ -387,7 +392,34 @@ def _policy_config(layout: _Layout, jobs: _Jobs) -> _PolicyConfig:
             ]
         ),
     )
-    return _PolicyConfig(arrays, width, flows, heap_room)
+    return _PolicyConfig(arrays, width, slots, heap_room)
+
+
+def _flow_slots(
+    flow: np.ndarray,
+    klass: np.ndarray,
+    tier: np.ndarray,
+    wfq_jobs: np.ndarray,
+    layout: _Layout,
+    width: int,
+) -> int:
+    """Number the (WFQ instance, flow) pairs the jobs have, and write each WFQ job's slot over
+    its flow code (the loop's CJ_FLOW); return how many slots. A WFQ keeps state only for
+    the flows it has seen; a slot for every instance and flow would be tiers x width x flows
+    (dwrr-wfq over 3,000 tenants of 3 workloads each: 27M slots, 459 MB)."""
+    if not wfq_jobs.any():
+        return 1
+    queue_wfq = np.array(layout.queues, dtype=np.int64)[tier] == QUEUE_WFQ
+    instance = tier * width + np.where(queue_wfq, klass, 0)  # a tier's WFQ, or its class's
+    at = np.flatnonzero(wfq_jobs)
+    pair = instance[at] * (int(flow.max()) + 1) + flow[at]
+    if int(pair.max()) < 4 * len(pair):  # np.unique's numbering, counted rather than sorted
+        present = np.bincount(pair) > 0
+        slot = (np.cumsum(present) - 1)[pair]
+    else:
+        _, slot = np.unique(pair, return_inverse=True)
+    flow[at] = slot
+    return int(slot.max()) + 1
 
 
 @dataclass
@@ -506,7 +538,6 @@ def simulate_columns(
             int(layout.tiered),  # Tiered.release counts running jobs; the others do nothing
             n_ten,
             policy.width,
-            policy.flows,
         ],
         dtype=np.int64,
     )
@@ -515,7 +546,7 @@ def simulate_columns(
         dtype=np.float64,
     )
     arrays = _Arrays(
-        n, n_rep, n_ten, len(layout.kinds), prof.max_num_seqs, policy.width, policy.flows,
+        n, n_rep, n_ten, len(layout.kinds), prof.max_num_seqs, policy.width, policy.slots,
         policy.heap_room,
     )  # fmt: skip
     state = np.zeros(N_STATE, dtype=np.int64)
@@ -623,7 +654,7 @@ class _Arrays:
         n_tiers: int,
         seqs: int,
         width: int,
-        flows: int,
+        slots: int,
         heap_room: np.ndarray,
     ) -> None:
         i64 = np.int64
@@ -663,8 +694,7 @@ class _Arrays:
         self.p_tier = np.zeros((6, n_tiers), dtype=i64)
         self.p_tier[0] = -1  # PT_LAST_LEFT
         self.head_cost = np.zeros(n_tiers, dtype=np.float64)
-        slots = pairs * flows if heap_room.any() else 1
-        self.slot_float = np.zeros((2, slots), dtype=np.float64)
+        self.slot_float = np.zeros((2, slots), dtype=np.float64)  # (WFQ instance, flow) slots
         self.gps_on = np.zeros(slots, dtype=np.bool_)
         room = max(int(heap_room.sum()), 1)
         self.heap_float = np.empty((2, room), dtype=np.float64)  # written before read

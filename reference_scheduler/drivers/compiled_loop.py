@@ -71,8 +71,7 @@ from reference_scheduler.drivers.compiled_codes import (
     I_RELEASES,
     I_NTEN,
     I_WIDTH,
-    I_FLOWS,
-) = range(22)
+) = range(21)
 # J: per job, grouped as P is (compiled._Arrays.jobs()): the int64 columns as the rows of one
 # 2D array, the status (int8) and whether in a policy queue (bool)
 J_I, J_STATUS, J_INQ = range(3)
@@ -158,7 +157,7 @@ P_I, P_F, P_B, P_RING, P_T, P_HEAD_COST, P_NXT, P_INQ, P_SLOT_F, P_GPS_ON, P_HEA
     PT_RUNNING,
     PT_TWAITING,
 ) = range(6)
-# P_SLOT_F's rows: per (WFQ instance, flow), float64
+# P_SLOT_F's rows: per (WFQ instance, flow) slot, float64
 (
     PS_FINISH,
     PS_FLOW_WEIGHT,
@@ -282,7 +281,8 @@ def _fh_remove(steps, seqs, jobs, size, i):
 # its bucket for SFQ, its level for PRIORITY, 0 for FIFO and WFQ), and queue q = tier * W +
 # class (W: ints[I_WIDTH], the most classes a tier has), so a tier's classes have their own
 # queues, counters and deficits. A WFQ (a tier's child, or a DWRR class's) is instance q of
-# the WFQ arrays, with a slot per flow (C_FLOW) at q * F + flow.
+# the WFQ arrays; each (instance, flow) that has jobs has a slot of its own, and a job's
+# CJ_FLOW is its slot (compiled._policy_config numbers them), which the GPS heap carries too.
 
 
 @njit(cache=True, _nrt=False)
@@ -350,7 +350,7 @@ def _discard(P, q, j):
 
 
 @njit(cache=True, _nrt=False)
-def _wfq_advance(P, F, rate, w, now):
+def _wfq_advance(P, rate, w, now):
     """Wfq._advance of WFQ instance w: GPS virtual time brought to `now`, retiring the flows
     whose fluid backlog drains (their stale heap entries popped on the way)."""
     vtime, t_last, weight = P[P_F][PF_VTIME], P[P_F][PF_TLAST], P[P_F][PF_ACTIVE_WEIGHT]
@@ -371,7 +371,7 @@ def _wfq_advance(P, F, rate, w, now):
     )
     while flows[w]:
         top = key[0]
-        s = w * F + flow[0]
+        s = flow[0]
         if not active[s] or finish[s] != top:  # stale
             _fh_remove(key, tie, flow, gsize[w], 0)
             gsize[w] -= 1
@@ -393,18 +393,18 @@ def _wfq_advance(P, F, rate, w, now):
 
 
 @njit(cache=True, _nrt=False)
-def _wfq_enqueue(P, C, F, k, w, j, now):
+def _wfq_enqueue(P, C, k, w, j, now):
     """Wfq.enqueue of job j into WFQ instance w (of tier k): its finish tag, its flow GPS
     backlogged. Ties between tags break by submission order, which is the jobs' index order
     here (Job.seq)."""
-    _wfq_advance(P, F, C[C_TIER_F][CTF_RATE][k], w, now)
+    _wfq_advance(P, C[C_TIER_F][CTF_RATE][k], w, now)
     vtime, finish, flow_weight, active = (
         P[P_F][PF_VTIME],
         P[P_SLOT_F][PS_FINISH],
         P[P_SLOT_F][PS_FLOW_WEIGHT],
         P[P_GPS_ON],
     )
-    s = w * F + C[C_JOB_I][CJ_FLOW][j]
+    s = C[C_JOB_I][CJ_FLOW][j]
     weight = C[C_JOB_F][CJF_WFQ_WEIGHT][j]
     flow_weight[s] = weight
     start = finish[s] if finish[s] > vtime[w] else vtime[w]  # max(vtime, finish)
@@ -495,7 +495,7 @@ def _lift(P, base, width, k, t):
 
 
 @njit(cache=True, _nrt=False)
-def _enqueue(P, C, width, F, j, now):
+def _enqueue(P, C, width, j, now):
     """The policy's enqueue (Tiered's, then its tier's child); every job is accepted."""
     kinds, jtier, quantum = C[C_TIER_I][CT_KIND], C[C_JOB_I][CJ_TIER], C[C_PAIR_F][CP_QUANTUM]
     counters, order, backlogged, seen = (
@@ -516,10 +516,10 @@ def _enqueue(P, C, width, F, j, now):
     elif kind == PRIORITY:  # Priority.enqueue: its level's queue
         _qpush(P, q, j)
     elif kind == WFQ:
-        _wfq_enqueue(P, C, F, k, base, j, now)
+        _wfq_enqueue(P, C, k, base, j, now)
     elif kind == DWRR:  # Dwrr.enqueue: the class's child, then the ring
         if C[C_TIER_I][CT_QUEUE][k] == QUEUE_WFQ:
-            _wfq_enqueue(P, C, F, k, q, j, now)
+            _wfq_enqueue(P, C, k, q, j, now)
         else:
             _qpush(P, q, j)
         dwaiting[q] += 1
@@ -926,7 +926,7 @@ def _submit(J, R, P, state, ints, prompt, outs, ten, C, j, now):
         status[j] = REJECTED
         reject_code[j] = 400
         return False
-    _enqueue(P, C, ints[I_WIDTH], ints[I_FLOWS], j, now)
+    _enqueue(P, C, ints[I_WIDTH], j, now)
     state[S_WAITING] += 1
     fresh[state[S_FRESH]] = j
     state[S_FRESH] += 1

@@ -28,6 +28,9 @@ class Priority(BasePolicy):
             raise ValueError(f"by must be 'slo_class' or 'tenant', got {by!r}")
         self.by = by
         self.ranks = dict(ranks or {})
+        for tenant, rank in self.ranks.items():  # ordered against each other and 1 << 30
+            if isinstance(rank, bool) or not isinstance(rank, int | float) or rank != rank:
+                raise ValueError(f"ranks[{tenant!r}] must be a number, got {rank!r}")
         self._levels: dict[int, JobQueue] = {}
         self._order: list[int] = []
         self._len = 0
