@@ -48,13 +48,58 @@ from reference_scheduler.drivers.compiled_codes import (
     DWRR,
     FIFO,
     FINISHED,
+    JI_ADMIT,
+    JI_BACKLOG,
+    JI_BLOCKS,
+    JI_DONE,
+    JI_FIRST_STEP,
+    JI_FIRST_TOKEN,
+    JI_FRESH,
+    JI_GENERATED,
+    JI_LAST_STEP,
+    JI_LEAD,
+    JI_NXT,
+    JI_PASSED_OVER,
+    JI_PREFILL_LEFT,
+    JI_REJECT_CODE,
+    JI_REPLICA,
+    JI_SEG_COUNT,
+    JI_SEG_FIRST,
+    JI_SEG_LEAD,
+    JI_SEG_REPLICA,
+    JI_SEQ,
+    JI_WAIT_SINCE,
     LCF,
     N_STATE,
     NEVER,
+    PI_HEAP_OFF,
+    PI_JOBS_SIZE,
+    PI_ORDER,
+    PI_QHEAD,
+    PI_QTAIL,
     PRIORITY,
+    PT_LAST_LEFT,
+    PT_TWAITING,
     QUEUE_FIFO,
     QUEUE_WFQ,
     REJECTED,
+    RI_FH_LEN,
+    RI_PF_LEN,
+    RI_REP_BATCH,
+    RI_REP_CONTEXT,
+    RI_REP_DECODING,
+    RI_REP_EXTRA,
+    RI_REP_FREE,
+    RI_REP_LAST_END,
+    RI_REP_PENDING,
+    RI_REP_SLOTS,
+    RI_REP_STEPS,
+    RQ_FH_JOB,
+    RQ_FH_SEQ,
+    RQ_FH_STEP,
+    RQ_PF,
+    RT_TD,
+    RT_TD_JOB,
     RUNNING,
     S_ENDED,
     S_IDLE,
@@ -664,16 +709,21 @@ class _Arrays:
 
         # per job: the int64 columns as rows of one 2D array (compiled_loop's JI_*), each
         # row's first value; the status; whether in a policy queue
-        firsts = {
-            "replica": -1, "admit": -1, "first_token": -1, "done": -1, "first_step": -1,
-            "last_step": -1, "backlog": 0, "passed_over": -1, "wait_since": -1,
-            "reject_code": 0, "generated": 0, "prefill_left": 0, "blocks": 0, "seq": 0,
-            "lead": -1, "seg_replica": -1, "seg_lead": -1, "seg_first": -1, "seg_count": -1,
-            "nxt": -1,  # the next job in its policy queue
-            "fresh": -1,
+        firsts = {  # attribute, first value (every JI_* row)
+            JI_REPLICA: ("replica", -1), JI_ADMIT: ("admit", -1),
+            JI_FIRST_TOKEN: ("first_token", -1), JI_DONE: ("done", -1),
+            JI_FIRST_STEP: ("first_step", -1), JI_LAST_STEP: ("last_step", -1),
+            JI_BACKLOG: ("backlog", 0), JI_PASSED_OVER: ("passed_over", -1),
+            JI_WAIT_SINCE: ("wait_since", -1), JI_REJECT_CODE: ("reject_code", 0),
+            JI_GENERATED: ("generated", 0), JI_PREFILL_LEFT: ("prefill_left", 0),
+            JI_BLOCKS: ("blocks", 0), JI_SEQ: ("seq", 0), JI_LEAD: ("lead", -1),
+            JI_SEG_REPLICA: ("seg_replica", -1), JI_SEG_LEAD: ("seg_lead", -1),
+            JI_SEG_FIRST: ("seg_first", -1), JI_SEG_COUNT: ("seg_count", -1),
+            JI_NXT: ("nxt", -1),  # the next job in its policy queue
+            JI_FRESH: ("fresh", -1),
         }  # fmt: skip
         self.job_int = np.empty((len(firsts), n), dtype=i64)
-        for row, (name, first) in enumerate(firsts.items()):
+        for row, (name, first) in firsts.items():
             self.job_int[row] = first
             setattr(self, name, self.job_int[row])
         self.status = np.zeros(n, dtype=np.int8)
@@ -684,15 +734,15 @@ class _Arrays:
         # state per instance, each flow's last finish tag and weight, and the instance's two
         # heaps in its region of the heap arrays (as many entries as jobs it is given)
         pairs = n_tiers * width
-        self.p_int = np.zeros((10, pairs), dtype=i64)
-        for row in (0, 1, 3):  # PI_QHEAD, PI_QTAIL, PI_ORDER (-1: never seen)
+        self.p_int = np.zeros((PI_JOBS_SIZE + 1, pairs), dtype=i64)
+        for row in (PI_QHEAD, PI_QTAIL, PI_ORDER):  # -1: none, never seen
             self.p_int[row] = -1
-        self.p_int[7] = np.concatenate(([0], np.cumsum(heap_room)[:-1]))  # PI_HEAP_OFF
+        self.p_int[PI_HEAP_OFF] = np.concatenate(([0], np.cumsum(heap_room)[:-1]))
         self.p_float = np.zeros((5, pairs), dtype=np.float64)
         self.p_bool = np.zeros((2, pairs), dtype=np.bool_)
         self.ring = full((n_tiers, width), -1)
-        self.p_tier = np.zeros((6, n_tiers), dtype=i64)
-        self.p_tier[0] = -1  # PT_LAST_LEFT
+        self.p_tier = np.zeros((PT_TWAITING + 1, n_tiers), dtype=i64)
+        self.p_tier[PT_LAST_LEFT] = -1
         self.head_cost = np.zeros(n_tiers, dtype=np.float64)
         self.slot_float = np.zeros((2, slots), dtype=np.float64)  # (WFQ instance, flow) slots
         self.gps_on = np.zeros(slots, dtype=np.bool_)
@@ -703,21 +753,23 @@ class _Arrays:
         # prefilling jobs (admission order) and the decoding jobs' heap, a min-heap of (last
         # decode step, seq) and the job, per slot (RQ_*); per tenant the decoding jobs and the
         # job that opened that count, its tier (RT_*)
-        counts = (
-            "rep_batch", "rep_context", "rep_decoding", "rep_pending", "rep_slots", "rep_free",
-            "rep_extra", "rep_last_end", "rep_steps", "pf_len", "fh_len",
-        )  # fmt: skip
+        counts = {
+            RI_REP_BATCH: "rep_batch", RI_REP_CONTEXT: "rep_context",
+            RI_REP_DECODING: "rep_decoding", RI_REP_PENDING: "rep_pending",
+            RI_REP_SLOTS: "rep_slots", RI_REP_FREE: "rep_free", RI_REP_EXTRA: "rep_extra",
+            RI_REP_LAST_END: "rep_last_end", RI_REP_STEPS: "rep_steps", RI_PF_LEN: "pf_len",
+            RI_FH_LEN: "fh_len",
+        }  # fmt: skip
         self.rep_int = np.zeros((len(counts), n_rep), dtype=i64)
-        for row, name in enumerate(counts):
+        for row, name in counts.items():
             setattr(self, name, self.rep_int[row])
         self.rep_last_end[:] = -NEVER  # never ran: idle for as long as it takes
         self.rep_slot = np.empty((4, n_rep, seqs), dtype=i64)
-        self.rep_slot[0] = -1  # pf
-        self.rep_slot[1:3] = 0  # fh_step, fh_seq
-        self.rep_slot[3] = -1  # fh_job
+        for row, first in ((RQ_PF, -1), (RQ_FH_STEP, 0), (RQ_FH_SEQ, 0), (RQ_FH_JOB, -1)):
+            self.rep_slot[row] = first
         self.rep_tenant = np.empty((2, n_rep, n_ten), dtype=i64)
-        self.rep_tenant[0] = 0  # td: decoding jobs per replica and tenant
-        self.rep_tenant[1] = -1  # td_job
+        self.rep_tenant[RT_TD] = 0  # decoding jobs per replica and tenant
+        self.rep_tenant[RT_TD_JOB] = -1
         self.run_heap = full(n_rep, 0)  # replicas stepping: end << shift | replica
         self.idle_heap = full(n_rep, 0)
 

@@ -27,11 +27,64 @@ from reference_scheduler.drivers.compiled_codes import (
     DWRR,
     FIFO,
     FINISHED,
+    JI_ADMIT,
+    JI_BACKLOG,
+    JI_BLOCKS,
+    JI_DONE,
+    JI_FIRST_STEP,
+    JI_FIRST_TOKEN,
+    JI_FRESH,
+    JI_GENERATED,
+    JI_LAST_STEP,
+    JI_LEAD,
+    JI_PASSED_OVER,
+    JI_PREFILL_LEFT,
+    JI_REJECT_CODE,
+    JI_REPLICA,
+    JI_SEG_COUNT,
+    JI_SEG_FIRST,
+    JI_SEG_LEAD,
+    JI_SEG_REPLICA,
+    JI_SEQ,
+    JI_WAIT_SINCE,
     LCF,
     NEVER,
+    PI_DWAITING,
+    PI_GPS_FLOWS,
+    PI_GPS_N,
+    PI_GPS_SIZE,
+    PI_HEAP_OFF,
+    PI_JOBS_SIZE,
+    PI_ORDER,
+    PI_QHEAD,
+    PI_QLIVE,
+    PI_QTAIL,
     PRIORITY,
+    PT_LAST_LEFT,
+    PT_RING_HEAD,
+    PT_RING_SIZE,
+    PT_RUNNING,
+    PT_SEEN,
+    PT_TWAITING,
     QUEUE_WFQ,
     REJECTED,
+    RI_FH_LEN,
+    RI_PF_LEN,
+    RI_REP_BATCH,
+    RI_REP_CONTEXT,
+    RI_REP_DECODING,
+    RI_REP_EXTRA,
+    RI_REP_FREE,
+    RI_REP_LAST_END,
+    RI_REP_PENDING,
+    RI_REP_SLOTS,
+    RI_REP_STEPS,
+    RQ_FH_JOB,
+    RQ_FH_SEQ,
+    RQ_FH_STEP,
+    RQ_PF,
+    RT_TD,
+    RT_TD_JOB,
     RUNNING,
     S_D,
     S_ENDED,
@@ -75,66 +128,15 @@ from reference_scheduler.drivers.compiled_codes import (
 # J: per job, grouped as P is (compiled._Arrays.jobs()): the int64 columns as the rows of one
 # 2D array, the status (int8) and whether in a policy queue (bool)
 J_I, J_STATUS, J_INQ = range(3)
-(
-    JI_REPLICA,
-    JI_ADMIT,
-    JI_FIRST_TOKEN,
-    JI_DONE,
-    JI_FIRST_STEP,
-    JI_LAST_STEP,
-    JI_BACKLOG,
-    JI_PASSED_OVER,
-    JI_WAIT_SINCE,
-    JI_REJECT_CODE,
-    JI_GENERATED,
-    JI_PREFILL_LEFT,
-    JI_BLOCKS,
-    JI_SEQ,
-    JI_LEAD,
-    JI_SEG_REPLICA,
-    JI_SEG_LEAD,
-    JI_SEG_FIRST,
-    JI_SEG_COUNT,
-    JI_NXT,
-    JI_FRESH,
-) = range(21)
 # R: per replica (compiled._Arrays.replicas()): the int64 counts as rows of one 2D array, the
 # per-slot arrays (prefilling jobs, the decode heap) and the per-tenant ones as 3D arrays
 R_I, R_Q, R_T = range(3)
-(
-    RI_REP_BATCH,
-    RI_REP_CONTEXT,
-    RI_REP_DECODING,
-    RI_REP_PENDING,
-    RI_REP_SLOTS,
-    RI_REP_FREE,
-    RI_REP_EXTRA,
-    RI_REP_LAST_END,
-    RI_REP_STEPS,
-    RI_PF_LEN,
-    RI_FH_LEN,
-) = range(11)
-RQ_PF, RQ_FH_STEP, RQ_FH_SEQ, RQ_FH_JOB = range(4)
-RT_TD, RT_TD_JOB = range(2)
 # P: the policy's state, its arrays grouped by type and length (each group one 2D array, its
 # rows the arrays below): a tuple is passed to a function as all its arrays' fields, so fewer
 # arrays make every call cheaper (compiled._Arrays.policy())
 P_I, P_F, P_B, P_RING, P_T, P_HEAD_COST, P_NXT, P_INQ, P_SLOT_F, P_GPS_ON, P_HEAP_F, P_HEAP_I = (
     range(12)
 )
-# P_I's rows: per (tier, class), int64
-(
-    PI_QHEAD,
-    PI_QTAIL,
-    PI_QLIVE,
-    PI_ORDER,
-    PI_DWAITING,
-    PI_GPS_FLOWS,
-    PI_GPS_N,
-    PI_HEAP_OFF,
-    PI_GPS_SIZE,
-    PI_JOBS_SIZE,
-) = range(10)
 # P_F's rows: per (tier, class), float64
 (
     PF_COUNTERS,
@@ -148,15 +150,6 @@ P_I, P_F, P_B, P_RING, P_T, P_HEAD_COST, P_NXT, P_INQ, P_SLOT_F, P_GPS_ON, P_HEA
     PB_BACKLOGGED,
     PB_ACTIVE,
 ) = range(2)
-# P_T's rows: per tier, int64
-(
-    PT_LAST_LEFT,
-    PT_SEEN,
-    PT_RING_HEAD,
-    PT_RING_SIZE,
-    PT_RUNNING,
-    PT_TWAITING,
-) = range(6)
 # P_SLOT_F's rows: per (WFQ instance, flow) slot, float64
 (
     PS_FINISH,
