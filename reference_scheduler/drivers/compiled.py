@@ -293,10 +293,7 @@ def _keys(key: str, jobs: _Jobs) -> tuple[np.ndarray, list[Job]]:
     if jobs.workload is None or jobs.workload_names is None:
         raise ValueError("a policy keyed by flow needs the jobs' workload column")
     n_wl = len(jobs.workload_names)
-    pair = jobs.tenant * n_wl + jobs.workload
-    # np.unique's codes (the pairs present, in order), counted rather than sorted: O(n)
-    present = np.bincount(pair, minlength=len(jobs.tenant_names) * n_wl) > 0
-    pairs, codes = np.flatnonzero(present), (np.cumsum(present) - 1)[pair]
+    pairs, codes = _numbered(jobs.tenant * n_wl + jobs.workload)
     names = [
         Job(0, jobs.tenant_names[p // n_wl], "", 0, 0, 0, flow=jobs.workload_names[p % n_wl])
         for p in pairs.tolist()
@@ -457,14 +454,20 @@ def _flow_slots(
     queue_wfq = np.array(layout.queues, dtype=np.int64)[tier] == QUEUE_WFQ
     instance = tier * width + np.where(queue_wfq, klass, 0)  # a tier's WFQ, or its class's
     at = np.flatnonzero(wfq_jobs)
-    pair = instance[at] * (int(flow.max()) + 1) + flow[at]
-    if int(pair.max()) < 4 * len(pair):  # np.unique's numbering, counted rather than sorted
-        present = np.bincount(pair) > 0
-        slot = (np.cumsum(present) - 1)[pair]
-    else:
-        _, slot = np.unique(pair, return_inverse=True)
+    _, slot = _numbered(instance[at] * (int(flow.max()) + 1) + flow[at])
     flow[at] = slot
     return int(slot.max()) + 1
+
+
+def _numbered(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(values, return_inverse=True) of non-negative ints: the distinct values in
+    order, and each value's place among them. Counted rather than sorted where the values are
+    small (O(n): the fleet's 1.9M flow codes in a few ms instead of 0.2 s)."""
+    if len(values) and int(values.max()) < 4 * len(values):
+        present = np.bincount(values) > 0
+        return np.flatnonzero(present), (np.cumsum(present) - 1)[values]
+    distinct, codes = np.unique(values, return_inverse=True)
+    return distinct, codes.astype(np.int64)
 
 
 @dataclass
