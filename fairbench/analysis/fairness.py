@@ -190,21 +190,41 @@ def _ranges(tl: Timeline, f: int, g: np.ndarray, lo: np.ndarray, hi: np.ndarray)
     fi, f_which = _expand(
         np.searchsorted(f_times, lo, side="right"), np.searchsorted(f_times, hi, side="left")
     )
+    ends = np.concatenate([lo, hi])
+    rank_ends = tl.rank(ends)
     gi, g_which = _expand(
-        np.searchsorted(tl.key, g * tl.stride + tl.rank(lo), side="right"),
-        np.searchsorted(tl.key, g * tl.stride + tl.rank(hi), side="left"),
+        np.searchsorted(tl.key, g * tl.stride + rank_ends[: len(lo)], side="right"),
+        np.searchsorted(tl.key, g * tl.stride + rank_ends[len(lo) :], side="left"),
     )
     piece = np.arange(len(lo))
     which = np.concatenate([piece, piece, f_which, g_which])
-    t = np.concatenate([lo, hi, f_times[fi], tl.times[gi]])
-    f_all, g_all = np.full(len(t), f), g[which]
-    inner = slice(len(lo), None)  # every point but lo: its left limit too
+    f_at, g_at = tl.offsets[f] + fi, gi  # the breakpoints inside, by their index
+    f_t, g_t = tl.times[f_at], tl.times[gi]
+    gf, gg = g[f_which], g[g_which]
+    # S(t) and S(t−) of both tenants at every point, each rank among the grid's times read
+    # once: a breakpoint's time is in the grid, its key holds its rank, one more than the grid
+    # times below it, and its own tenant's value is read at its index. The ranks and indices
+    # `service_at` and `service_before` search for, the same arithmetic, so the same values to
+    # the bit (issue 35: these searches were the 10-minute fleet's backlogged difference under
+    # three-tier, 0.51 -> 0.19 CPU s)
+    rank_f, rank_g = tl.key[f_at] % tl.stride, tl.key[g_at] % tl.stride
+    below_hi = np.searchsorted(tl.grid, hi, side="left")
+    f_first, g_first = tl.offsets[f], tl.offsets[gg]
+    g_ends = g[np.concatenate([piece, piece])]
     d = np.concatenate(
         [
-            tl.service_at(f_all, t) - tl.service_at(g_all, t),
-            tl.service_before(f_all[inner], t[inner]) - tl.service_before(g_all[inner], t[inner]),
+            tl.service_ranked(np.full(len(ends), f), ends, rank_ends)
+            - tl.service_ranked(g_ends, ends, rank_ends),
+            tl.at_breakpoint(f_at, f_first) - tl.service_ranked(gf, f_t, rank_f),
+            tl.service_ranked(np.full(len(g_t), f), g_t, rank_g) - tl.at_breakpoint(g_at, g_first),
+            tl.service_ranked(np.full(len(hi), f), hi, below_hi)
+            - tl.service_ranked(g[piece], hi, below_hi),
+            tl.at_breakpoint(f_at, f_first, before=True) - tl.service_ranked(gf, f_t, rank_f - 1),
+            tl.service_ranked(np.full(len(g_t), f), g_t, rank_g - 1)
+            - tl.at_breakpoint(g_at, g_first, before=True),
         ]
     )
+    inner = slice(len(lo), None)  # every point but lo: its left limit too
     which = np.concatenate([which, which[inner]])
     order = np.argsort(which, kind="stable")
     d, which = d[order], which[order]

@@ -52,18 +52,19 @@ class Timeline:
     def service_at(self, tenant: np.ndarray, t: np.ndarray) -> np.ndarray:
         """S_tenant(t) for each pair, right-continuous; 0 before a tenant's first breakpoint."""
         t = np.asarray(t, dtype=np.float64)
-        return self._service(tenant, t, self.rank(t))
+        return self.service_ranked(tenant, t, self.rank(t))
 
     def service_before(self, tenant: np.ndarray, t: np.ndarray) -> np.ndarray:
         """S_tenant(t−), the left limit: S_tenant(t) less a jump at t (a request with no span
         ending at t). An interval may end just before a jump, so a supremum over intervals
         must read both sides of it."""
         t = np.asarray(t, dtype=np.float64)
-        return self._service(tenant, t, np.searchsorted(self.grid, t, side="left"))
+        return self.service_ranked(tenant, t, np.searchsorted(self.grid, t, side="left"))
 
-    def _service(self, tenant: np.ndarray, t: np.ndarray, rank: np.ndarray) -> np.ndarray:
+    def service_ranked(self, tenant: np.ndarray, t: np.ndarray, rank: np.ndarray) -> np.ndarray:
         """Continue the tenant's last breakpoint of rank ≤ `rank` linearly to t: the rank of t
-        itself (`rank`) reads S(t), the number of grid times below t reads S(t−)."""
+        itself (`rank`) reads S(t), the number of grid times below t reads S(t−). For a caller
+        that knows the ranks (fairness._ranges: one search for both tenants of a pair)."""
         tenant = np.asarray(tenant, dtype=np.int64)
         idx = np.searchsorted(self.key, tenant * self.stride + rank, side="right") - 1
         mine = idx >= self.offsets[tenant]
@@ -71,6 +72,19 @@ class Timeline:
         if not len(self.times):
             return np.zeros(len(t))
         value = self.service[idx] + self.rate[idx] * (t - self.times[idx])
+        return np.where(mine, value, 0.0)
+
+    def at_breakpoint(
+        self, idx: np.ndarray, first: np.ndarray | int, before: bool = False
+    ) -> np.ndarray:
+        """S(t) of the tenant whose breakpoint `idx` is, at its own time t (`before`: S(t−)),
+        `first` that tenant's first index (`offsets`): `_service` at the index its search
+        finds, the breakpoint (the one before it for t−), with no search."""
+        at = idx - 1 if before else idx
+        mine = at >= first
+        at = np.maximum(at, 0)
+        t = self.times[idx]
+        value = self.service[at] + self.rate[at] * (t - self.times[at])
         return np.where(mine, value, 0.0)
 
     def backlog_at(self, tenant: np.ndarray, t: np.ndarray) -> np.ndarray:
