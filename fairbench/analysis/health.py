@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fairbench.analysis import frame_memo
 from fairbench.analysis.metrics import percentiles, receive_delay_ns, receive_error_ns, send_lag_ns
 from fairbench.workload.models import Scenario
 
@@ -170,9 +171,12 @@ def generator_health(
     sent_mask = records["t_sent_ns"].notna().to_numpy()
     intended = records["t_intended_ns"].to_numpy(dtype=np.int64)
     sent = records["t_sent_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
-    names = records["tenant"].to_numpy()
-    for tenant in sorted(set(names)):
-        rows = names == tenant
+    # each tenant's rows by its code (its names sorted, as sorted(set(column)) are), in Arrow
+    # for a records frame: a str per record and a compare of them per tenant were 0.26 CPU s
+    # of the 10-minute fleet (issue 35)
+    codes, names = frame_memo.sorted_codes(records["tenant"])
+    for k, tenant in enumerate(names):
+        rows = codes == k
         planned_rate = _rate(intended[rows])
         achieved_rate = _rate(sent[rows & sent_mask].astype(np.int64))
         ratio = None
