@@ -18,8 +18,11 @@ MAX_POINTS = 400
 
 
 def cdf(values: np.ndarray, max_points: int = MAX_POINTS) -> tuple[list[float], list[float]]:
-    """An empirical CDF as at most `max_points` (value, fraction) pairs, exact at both ends."""
-    v = np.sort(values[np.isfinite(values)])
+    """An empirical CDF as at most `max_points` (value, fraction) pairs, exact at both ends.
+    np.quantile of the values as they come: it selects the order statistics it reads
+    (np.partition), the same ones a sort puts there, so the same points without sorting every
+    value (the report's CDFs of the 10-minute fleet: 21 sorts of up to 1.7M, issue 35)."""
+    v = values[np.isfinite(values)]
     if not len(v):
         return [], []
     q = np.linspace(0.0, 1.0, min(max_points, len(v)))

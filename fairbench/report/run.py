@@ -17,7 +17,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import yaml
 
-from fairbench.analysis import registry
+from fairbench.analysis import frame_memo, registry
 from fairbench.analysis import server_metrics as sm
 from fairbench.analysis.blocks import unloaded_ns
 from fairbench.report import figures
@@ -40,6 +40,8 @@ from fairbench.workload.loading import parse_scenario
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from fairbench.workload.models import Scenario
 
 
 def completion_html(summary: dict[str, Any]) -> str:
@@ -296,15 +298,35 @@ def run_report(run_dir: Path, records: pa.Table | None = None) -> tuple[str, str
     scenario = yaml.safe_load(scenario_text)
     df = report_records(run_dir / "records.parquet") if records is None else report_frame(records)
     lo, hi = summary["window_s"]
-    span = (lo, hi)
-    t = df["t_intended_ns"] / 1e9
-    window = _window(df, t, lo, hi)
-    t_end = float(t.max()) if len(t) else hi
+    window = _window(df, df["t_intended_ns"] / 1e9, lo, hi)
     metrics_path = run_dir / "server_metrics.parquet"
     server = pd.read_parquet(metrics_path) if metrics_path.is_file() else None
+    scn = parse_scenario(scenario)
+    # the window's columns converted once for every figure that reads them (its groups' codes:
+    # a pass over the strings each, issue 35); the figures only read the frame
+    with frame_memo.converted_once(window):
+        body = _body(summary, header, scenario, scenario_text, df, window, server, scn)
+    counts = window_counts(df, (lo, hi))
+    md = markdown_summary(summary, (counts["warmup"], counts["cooldown"]))
+    return page(f"fairbench: {summary['scenario']}", body), md
+
+
+def _body(
+    summary: dict[str, Any],
+    header: dict[str, Any],
+    scenario: dict[str, Any],
+    scenario_text: str,
+    df: pd.DataFrame,
+    window: pd.DataFrame,
+    server: pd.DataFrame | None,
+    scn: Scenario,
+) -> list[str]:
+    """The report page's sections, in order."""
+    lo, hi = summary["window_s"]
+    span = (lo, hi)
+    t_end = float((df["t_intended_ns"] / 1e9).max()) if len(df) else hi
     slos = {k: v for k, v in scenario.get("slo_classes", {}).items()}
     weights = {tn["id"]: tn.get("weight", 1.0) for tn in scenario["tenants"]}
-    scn = parse_scenario(scenario)
     unloaded, _ = unloaded_ns(window, scn)
     colors = Colors.of_runs([scenario], [df])
     counts = window_counts(df, span)
@@ -336,8 +358,7 @@ def run_report(run_dir: Path, records: pa.Table | None = None) -> tuple[str, str
     if server is not None and len(server):
         body += server_metrics_section(server, str(target.get("kind", "")))
     body += header_section(header, scenario_text)
-    md = markdown_summary(summary, (counts["warmup"], counts["cooldown"]))
-    return page(f"fairbench: {summary['scenario']}", body), md
+    return body
 
 
 def server_metrics_section(server: pd.DataFrame, kind: str) -> list[str]:
