@@ -78,7 +78,7 @@ class Timeline:
         self, idx: np.ndarray, first: np.ndarray | int, before: bool = False
     ) -> np.ndarray:
         """S(t) of the tenant whose breakpoint `idx` is, at its own time t (`before`: S(t−)),
-        `first` that tenant's first index (`offsets`): `_service` at the index its search
+        `first` that tenant's first index (`offsets`): `service_ranked` at the index its search
         finds, the breakpoint (the one before it for t−), with no search."""
         at = idx - 1 if before else idx
         mine = at >= first
