@@ -507,11 +507,10 @@ def columns_of(fields: dict[str, Any], plan: Plan) -> dict[str, tuple[Any, np.nd
         texts["error_detail"][i] = f"left {status} by the simulation"
     timeout_s = (timeout_ns or 0) / 1e9
     timed_out_text = f"no terminal event within {timeout_s:g}s"
-    unseen = fields["unseen"]  # cut off with no token seen: as the loop below, for len(seen) 0
-    late = unseen & (deadline <= stop)
+    # cut off with no token seen: the loop below for len(seen) 0, of which only a timeout needs
+    # writing (an unfinished request is already cancelled with no output)
+    late = fields["unseen"] & (deadline <= stop)
     state[late] = _STATUS.index("timeout")
-    state[unseen & ~late] = _STATUS.index("cancelled")
-    ints["output_tokens"][unseen] = 0
     details = texts["error_detail"]
     for i in np.flatnonzero(late).tolist():
         details[i] = timed_out_text
