@@ -304,9 +304,9 @@ def run_report(run_dir: Path, records: pa.Table | None = None) -> tuple[str, str
     scn = parse_scenario(scenario)
     # the window's columns converted once for every figure that reads them (its groups' codes:
     # a pass over the strings each, issue 35); the figures only read the frame
-    with frame_memo.converted_once(window):
-        body = _body(summary, header, scenario, scenario_text, df, window, server, scn)
     counts = window_counts(df, (lo, hi))
+    with frame_memo.converted_once(window):
+        body = _body(summary, header, scenario, scenario_text, df, window, server, scn, counts)
     md = markdown_summary(summary, (counts["warmup"], counts["cooldown"]))
     return page(f"fairbench: {summary['scenario']}", body), md
 
@@ -320,8 +320,9 @@ def _body(
     window: pd.DataFrame,
     server: pd.DataFrame | None,
     scn: Scenario,
+    counts: dict[str, int],
 ) -> list[str]:
-    """The report page's sections, in order."""
+    """The report page's sections, in order (`counts`: `window_counts` of the records)."""
     lo, hi = summary["window_s"]
     span = (lo, hi)
     t_end = float((df["t_intended_ns"] / 1e9).max()) if len(df) else hi
@@ -329,7 +330,6 @@ def _body(
     weights = {tn["id"]: tn.get("weight", 1.0) for tn in scenario["tenants"]}
     unloaded, _ = unloaded_ns(window, scn)
     colors = Colors.of_runs([scenario], [df])
-    counts = window_counts(df, span)
     target = header.get("target", {})
     body = [
         f"<h1>{html.escape(summary['scenario'])}</h1>",
