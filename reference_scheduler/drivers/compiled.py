@@ -340,7 +340,8 @@ def _levels(priority: Any, mine: np.ndarray, jobs: _Jobs) -> tuple[np.ndarray, i
     # ordered as Python orders the ranks themselves (a float rank, an int past int64, equal
     # ranks of two types), the order Priority keeps them in
     order = sorted(set(ranks))
-    level = np.array([order.index(rank) for rank in ranks], dtype=np.int64)
+    place = {rank: k for k, rank in enumerate(order)}  # equal ranks are one key, as in the set
+    level = np.array([place[rank] for rank in ranks], dtype=np.int64)
     return level[codes], len(order)
 
 
